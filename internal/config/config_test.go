@@ -1,0 +1,366 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBNqX0ocPvUhqnXmSiE1X44IwvtNlnZ+0Zt4F3iHFNQR user@laptop\n"
+
+// testEnv makes a home with an SSH public key and no environment.
+func testEnv(t *testing.T) Env {
+	t.Helper()
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519.pub"), []byte(testKey), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return Env{Home: home, Getenv: func(string) string { return "" }}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "mgmt.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readTestdata(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestLoadValid(t *testing.T) {
+	env := testEnv(t)
+	l, err := Load(writeConfig(t, readTestdata(t, "valid.yaml")), "", env)
+	if err != nil {
+		t.Fatalf("valid config rejected:\n%v", err)
+	}
+	if got := l.Cluster.Spec.VM.VLAN; got != 4 {
+		t.Errorf("vlan = %d", got)
+	}
+	if l.AuthorizedKey != strings.TrimSpace(testKey) {
+		t.Errorf("authorized key = %q", l.AuthorizedKey)
+	}
+	if got, want := l.KubeconfigPath(), filepath.Join(env.Home, ".kube/lab-mgmt.kubeconfig"); got != want {
+		t.Errorf("kubeconfig path = %q, want %q", got, want)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	l, err := Load(writeConfig(t, readTestdata(t, "minimal.yaml")), "", testEnv(t))
+	if err != nil {
+		t.Fatalf("minimal config rejected:\n%v", err)
+	}
+	s := l.Cluster.Spec
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"proxmox.user", s.Proxmox.User, "root"},
+		{"proxmox.apiURL", s.Proxmox.APIURL, "https://192.0.2.10:8006"},
+		{"proxmox.storage", s.Proxmox.Storage, "local-lvm"},
+		{"proxmox.imageDir", s.Proxmox.ImageDir, "/var/lib/vz/template/iso"},
+		{"image.sha256", s.Image.SHA256, DefaultImageSHA256},
+		{"vm.cores", s.VM.Cores, 2},
+		{"vm.memoryMiB", s.VM.MemoryMiB, 4096},
+		{"vm.diskGiB", s.VM.DiskGiB, 30},
+		{"vm.vlan", s.VM.VLAN, 0},
+		{"vm.nameservers", s.VM.Nameservers, []string{"192.0.2.1"}},
+		{"vm.user", s.VM.User, "ubuntu"},
+		{"k3s.version", s.K3s.Version, DefaultK3sVersion},
+		{"certManager.version", s.CertManager.Version, DefaultCertManager},
+		{"clusterAPIOperator.version", s.ClusterAPIOperator.Version, DefaultOperator},
+		{"kubeconfig.path", s.Kubeconfig.Path, "~/.kube/lab-mgmt.kubeconfig"},
+		{"inspector.name", s.Inspector.Name, "lab-mgmt-ro"},
+		{"inspector.tokenTTL", s.Inspector.TokenTTL, "168h"},
+		{"providers", len(s.Providers), 5},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %#v, want %#v", c.name, c.got, c.want)
+		}
+	}
+	wantNS := []string{"capi-system", "capi-kubeadm-bootstrap-system", "capi-kubeadm-control-plane-system", "capmox-system", "capi-ipam-in-cluster-system"}
+	for i, p := range s.Providers {
+		if p.Namespace != wantNS[i] {
+			t.Errorf("providers[%d] (%s) namespace = %q, want %q", i, p.Type, p.Namespace, wantNS[i])
+		}
+	}
+}
+
+// TestProviderNamespaceDefault checks that a provider listed without a
+// namespace still gets upstream's.
+func TestProviderNamespaceDefault(t *testing.T) {
+	body := strings.Replace(readTestdata(t, "valid.yaml"), "{type: infrastructure, name: proxmox, version: v0.9.1}", "{type: infrastructure, version: v0.9.1, variables: {CAPMOX_LOG_LEVEL: \"4\"}}", 1)
+	l, err := Load(writeConfig(t, body), "", testEnv(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := l.Cluster.Spec.Providers[3]
+	if p.Name != "proxmox" || p.Namespace != "capmox-system" || p.Variables["CAPMOX_LOG_LEVEL"] != "4" {
+		t.Errorf("provider = %+v", p)
+	}
+}
+
+// TestBadConfigs is the validation contract: each bad config gives exactly
+// the expected message, on the expected line, naming the field.
+func TestBadConfigs(t *testing.T) {
+	tests := []struct {
+		name     string
+		from, to string // replace from with to in valid.yaml ("" from: append to)
+		want     string // expected error line, after the file name
+	}{
+		{"wrong apiVersion", "apiVersion: mgmtctl/v1alpha1", "apiVersion: mgmtctl/v1", `:1: apiVersion: must be mgmtctl/v1alpha1 (got "mgmtctl/v1")`},
+		{"wrong kind", "kind: ManagementCluster", "kind: Cluster", `:2: kind: must be ManagementCluster (got "Cluster")`},
+		{"name missing", "  name: lab-mgmt\n", "  name: \"\"\n", `:4: metadata.name: is required`},
+		{"name uppercase", "name: lab-mgmt\n", "name: Lab_Mgmt\n", `:4: metadata.name: must be a DNS label`},
+		{"unknown top field", "kind: ManagementCluster\n", "kind: ManagementCluster\nstatus: {}\n", `:3: status: unknown field; known fields here: apiVersion, kind, metadata, spec`},
+		{"typo in field", "    cores: 2", "    coers: 2", `:19: spec.vm.coers: unknown field; did you mean "cores"?`},
+		{"secret in config", "    tokenID: capmox@pve!capi", "    tokenID: capmox@pve!capi\n    tokenSecret: 5e9a1f7c-0000-4000-8000-123456789abc", `:12: spec.proxmox.tokenSecret: unknown field; secrets never belong in the config`},
+		{"host missing", "    host: pv1-1.example.lan\n", "", `:6: spec.proxmox.host: is required`},
+		{"host bad port", "host: pv1-1.example.lan", "host: pv1-1.example.lan:99999", `:7: spec.proxmox.host: port must be a number from 1 to 65535 (got "pv1-1.example.lan:99999")`},
+		{"host with space", "host: pv1-1.example.lan", "host: \"pv1 1\"", `:7: spec.proxmox.host: must be a host name or IP address, optionally with :port`},
+		{"bad proxmox user", "user: root", "user: \"root; id\"", `:8: spec.proxmox.user: must be a Unix user name (got "root; id")`},
+		{"node missing", "    node: pv1-1\n", "", `:6: spec.proxmox.node: is required`},
+		{"apiURL http", "apiURL: https://pv1-1.example.lan:8006", "apiURL: http://pv1-1.example.lan:8006", `:10: spec.proxmox.apiURL: must be a https URL`},
+		{"apiURL with credentials", "apiURL: https://pv1-1.example.lan:8006", "apiURL: https://root:pw@pv1-1.example.lan:8006", `:10: spec.proxmox.apiURL: must not carry credentials in the URL`},
+		{"tokenID without name", "tokenID: capmox@pve!capi", "tokenID: capmox@pve", `:11: spec.proxmox.tokenID: must be a Proxmox API token ID of the form user@realm!tokenname (got "capmox@pve")`},
+		{"bad storage", "storage: local-lvm", "storage: Local LVM", `:12: spec.proxmox.storage: must be a Proxmox storage ID`},
+		{"relative imageDir", "imageDir: /var/lib/vz/template/iso", "imageDir: template/iso", `:13: spec.proxmox.imageDir: must be a clean absolute path without spaces (got "template/iso")`},
+		{"imageDir traversal", "imageDir: /var/lib/vz/template/iso", "imageDir: /var/lib/../../etc", `:13: spec.proxmox.imageDir: must be a clean absolute path`},
+		{"image url ftp", "url: https://cloud-images", "url: ftp://cloud-images", `:15: spec.image.url: must be a https or http URL`},
+		{"image url no file", "noble-server-cloudimg-amd64.img", "", `:15: spec.image.url: must end in a file name`},
+		{"sha256 short", "sha256: 6a81c37564db9b1ee84e141922625e1d7c5b389b99bb3c572e0243607d5bb4d2", "sha256: 6a81c375", `:16: spec.image.sha256: must be 64 lowercase hex digits (got "6a81c375")`},
+		{"sha256 uppercase", "sha256: 6a81c37564db9b1ee84e141922625e1d7c5b389b99bb3c572e0243607d5bb4d2", "sha256: 6A81C37564DB9B1EE84E141922625E1D7C5B389B99BB3C572E0243607D5BB4D2", `:16: spec.image.sha256: must be 64 lowercase hex digits`},
+		{"vmid too low", "id: 110", "id: 99", `:18: spec.vm.id: must be from 100 to 999999999 (got "99")`},
+		{"vmid too high", "id: 110", "id: 1000000000", `:18: spec.vm.id: must be from 100 to 999999999`},
+		{"vmid missing", "    id: 110\n", "", `:17: spec.vm.id: is required`},
+		{"vmid not a number", "id: 110", "id: one-ten", `:18: spec.vm.id: must be a whole number (got "one-ten")`},
+		{"too few cores", "cores: 2", "cores: 1", `:19: spec.vm.cores: must be from 2 to 512 (k3s with cert-manager, the operator and five providers needs 2 or more) (got "1")`},
+		{"too little memory", "memoryMiB: 4096", "memoryMiB: 2048", `:20: spec.vm.memoryMiB: must be from 3072 to`},
+		{"too little disk", "diskGiB: 30", "diskGiB: 10", `:21: spec.vm.diskGiB: must be from 20 to`},
+		{"bad bridge", "bridge: vmbr0", "bridge: a-bridge-name-too-long", `:22: spec.vm.bridge: must be a Linux bridge name`},
+		{"vlan zero is untagged, 4095 is not", "vlan: 4", "vlan: 4095", `:23: spec.vm.vlan: must be from 1 to 4094; leave it out for an untagged port (got "4095")`},
+		{"address without prefix", "address: 192.0.2.50/24", "address: 192.0.2.50", `:24: spec.vm.address: must be an IPv4 address with its prefix length`},
+		{"address is network", "address: 192.0.2.50/24", "address: 192.0.2.0/24", `:24: spec.vm.address: is the network address of its subnet`},
+		{"address is broadcast", "address: 192.0.2.50/24", "address: 192.0.2.255/24", `:24: spec.vm.address: is the broadcast address of its subnet`},
+		{"address ipv6", "address: 192.0.2.50/24", "address: 2001:db8::5/64", `:24: spec.vm.address: must be an IPv4 address`},
+		{"gateway outside subnet", "gateway: 192.0.2.1", "gateway: 198.51.100.1", `:25: spec.vm.gateway: must be inside the VM's subnet 192.0.2.0/24 (got "198.51.100.1")`},
+		{"gateway is the VM", "gateway: 192.0.2.1", "gateway: 192.0.2.50", `:25: spec.vm.gateway: must not be the VM's own address`},
+		{"bad nameserver", "nameservers: [192.0.2.1]", "nameservers: [192.0.2.1, dns.example]", `:26: spec.vm.nameservers[1]: must be an IP address (got "dns.example")`},
+		{"nameservers not a list", "nameservers: [192.0.2.1]", "nameservers: 192.0.2.1", `:26: spec.vm.nameservers: must be a list, not a scalar`},
+		{"vm user root", "    user: ubuntu", "    user: root", `:27: spec.vm.user: must not be root`},
+		{"public key missing", "sshPublicKeyFile: ~/.ssh/id_ed25519.pub", "sshPublicKeyFile: ~/.ssh/nope.pub", `:28: spec.vm.sshPublicKeyFile: cannot read the SSH public key: no such file or directory (got "~/.ssh/nope.pub")`},
+		{"public key is garbage", "sshPublicKeyFile: ~/.ssh/id_ed25519.pub", "sshPublicKeyFile: ~/.ssh/garbage.pub", `:28: spec.vm.sshPublicKeyFile: is not an OpenSSH public key`},
+		{"k3s version without suffix", "version: v1.35.7+k3s1", "version: v1.35.7", `:30: spec.k3s.version: must be a k3s release tag like v1.35.7+k3s1 (got "v1.35.7")`},
+		{"cert-manager without v", "version: v1.21.2", "version: 1.21.2", `:33: spec.certManager.version: must be a chart version with a leading v`},
+		{"operator with v", "version: 0.28.0", "version: v0.28.0", `:36: spec.clusterAPIOperator.version: must be a chart version without a leading v, like 0.28.0`},
+		{"repo not a URL", "repo: https://charts.jetstack.io", "repo: charts.jetstack.io", `:34: spec.certManager.repo: must be an absolute URL`},
+		{"two cores", "{type: bootstrap, name: kubeadm, version: v1.12.11}", "{type: core, name: cluster-api, version: v1.12.11}", `:40: spec.providers[1].type: only one provider per type; spec.providers[0] is already core (got "core")`},
+		{"no core", "    - {type: core, name: cluster-api, version: v1.12.11}\n", "", `:38: spec.providers: exactly one core provider (cluster-api) is required`},
+		{"core misnamed", "{type: core, name: cluster-api,", "{type: core, name: capi,", `:39: spec.providers[0].name: a core provider must be "cluster-api" in this version of mgmtctl (got "capi")`},
+		{"unknown provider type", "{type: ipam,", "{type: addon,", `:43: spec.providers[4].type: must be one of core, bootstrap, controlPlane, infrastructure, ipam (got "addon")`},
+		{"provider version bad", "version: v0.9.1}", "version: latest}", `:42: spec.providers[3].version: must be a release tag like v1.12.11 (got "latest")`},
+		{"provider variable reserved", "{type: infrastructure, name: proxmox, version: v0.9.1}", "{type: infrastructure, name: proxmox, version: v0.9.1, variables: {PROXMOX_SECRET: x}}", `:42: spec.providers[3].variables.PROXMOX_SECRET: is set by mgmtctl from spec.proxmox and the secrets file; remove it`},
+		{"provider variable lowercase", "{type: infrastructure, name: proxmox, version: v0.9.1}", "{type: infrastructure, name: proxmox, version: v0.9.1, variables: {log: x}}", `:42: spec.providers[3].variables.log: variable names must be upper-case`},
+		{"provider namespace shared", "{type: ipam, name: in-cluster, version: v1.1.1}", "{type: ipam, name: in-cluster, version: v1.1.1, namespace: capmox-system}", `:43: spec.providers[4].namespace: is already the namespace of spec.providers[3]`},
+		{"kubeconfig path is dir", "path: ~/.kube/lab-mgmt.kubeconfig", "path: ~/.kube/", `:45: spec.kubeconfig.path: must be a file path`},
+		{"kubeconfig ~user", "path: ~/.kube/lab-mgmt.kubeconfig", "path: ~bob/k", `:45: spec.kubeconfig.path: only ~/ is expanded`},
+		{"inspector name bad", "name: lab-mgmt-ro", "name: Lab_RO", `:47: spec.inspector.name: must be a DNS subdomain`},
+		{"tokenTTL not a duration", "tokenTTL: 168h", "tokenTTL: 7d", `:48: spec.inspector.tokenTTL: must be a duration like 168h or 90m (got "7d")`},
+		{"tokenTTL too short", "tokenTTL: 168h", "tokenTTL: 5m", `:48: spec.inspector.tokenTTL: must be from 10m to 8760h (got "5m")`},
+		{"tokenTTL too long", "tokenTTL: 168h", "tokenTTL: 9000h", `:48: spec.inspector.tokenTTL: must be from 10m to 8760h`},
+		{"not yaml", "kind: ManagementCluster\n", "kind: [ManagementCluster\n", `: not valid YAML`},
+		{"alias", "version: v1.35.7+k3s1\n    installScriptURL: https://get.k3s.io", "version: &k v1.35.7+k3s1\n    installScriptURL: *k", `:31: spec.k3s.installScriptURL: YAML aliases are not supported; write the value out`},
+		{"duplicate field", "    cores: 2\n", "    cores: 2\n    cores: 4\n", `:20: spec.vm.cores: duplicate field`},
+		{"spec not a mapping", "metadata:\n  name: lab-mgmt\n", "metadata: lab-mgmt\n", `:3: metadata: must be a mapping, not a scalar`},
+	}
+	seen := map[string]bool{}
+	for _, tt := range tests {
+		if seen[tt.want] {
+			t.Fatalf("two cases expect %q; each bad config must be distinct", tt.want)
+		}
+		seen[tt.want] = true
+		t.Run(tt.name, func(t *testing.T) {
+			env := testEnv(t)
+			if err := os.WriteFile(filepath.Join(env.Home, ".ssh", "garbage.pub"), []byte("not a key\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			body := readTestdata(t, "valid.yaml")
+			if !strings.Contains(body, tt.from) {
+				t.Fatalf("valid.yaml has no %q", tt.from)
+			}
+			body = strings.Replace(body, tt.from, tt.to, 1)
+			path := writeConfig(t, body)
+			_, err := Load(path, "", env)
+			if err == nil {
+				t.Fatalf("config accepted:\n%s", body)
+			}
+			errs, ok := err.(Errors)
+			if !ok {
+				t.Fatalf("error is %T, want Errors", err)
+			}
+			want := path + tt.want
+			for _, e := range errs {
+				if strings.HasPrefix(e.Error(), want) {
+					return
+				}
+			}
+			t.Errorf("no error starts with\n  %s\ngot:\n%v", want, err)
+		})
+	}
+	if len(tests) < 30 {
+		t.Errorf("only %d bad configs; the contract asks for 30 or more", len(tests))
+	}
+}
+
+func TestAllErrorsAtOnce(t *testing.T) {
+	body := readTestdata(t, "valid.yaml")
+	body = strings.Replace(body, "id: 110", "id: 5", 1)
+	body = strings.Replace(body, "vlan: 4", "vlan: 5000", 1)
+	body = strings.Replace(body, "tokenTTL: 168h", "tokenTTL: forever", 1)
+	_, err := Load(writeConfig(t, body), "", testEnv(t))
+	errs, _ := err.(Errors)
+	if len(errs) != 3 {
+		t.Fatalf("want 3 errors, got %d:\n%v", len(errs), err)
+	}
+	for i := 1; i < len(errs); i++ {
+		if errs[i-1].Line > errs[i].Line {
+			t.Errorf("errors not in line order: %v", err)
+		}
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	const secret = "5e9a1f7c-0000-4000-8000-123456789abc"
+	tests := []struct {
+		name    string
+		file    string // secrets.yaml content; "" means no file
+		mode    os.FileMode
+		env     string
+		want    string // expected error substring; "" means success
+		wantSrc string
+	}{
+		{name: "from file", file: "proxmox:\n  tokenSecret: " + secret + "\n", mode: 0o600, wantSrc: "secrets.yaml"},
+		{name: "env wins", file: "proxmox:\n  tokenSecret: 00000000-0000-0000-0000-000000000000\n", mode: 0o600, env: secret, wantSrc: SecretEnv},
+		{name: "no file, no env", wantSrc: ""},
+		{name: "world readable", file: "proxmox:\n  tokenSecret: " + secret + "\n", mode: 0o644, want: "secrets file is readable by group or others (mode 0644); run: chmod 600"},
+		{name: "group readable", file: "proxmox:\n  tokenSecret: " + secret + "\n", mode: 0o640, want: "chmod 600"},
+		{name: "unknown field", file: "proxmox:\n  token: " + secret + "\n", mode: 0o600, want: `:2: proxmox.token: unknown field`},
+		{name: "not a uuid", file: "proxmox:\n  tokenSecret: hunter2-is-my-secret\n", mode: 0o600, want: "proxmox.tokenSecret: must be a Proxmox API token secret, a UUID"},
+		{name: "env not a uuid", env: "hunter2-is-my-secret", want: "got a value of 20 characters from " + SecretEnv},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := testEnv(t)
+			env.Getenv = func(k string) string {
+				if k == SecretEnv {
+					return tt.env
+				}
+				return ""
+			}
+			cfg := writeConfig(t, readTestdata(t, "valid.yaml"))
+			if tt.file != "" {
+				sp := filepath.Join(filepath.Dir(cfg), "secrets.yaml")
+				if err := os.WriteFile(sp, []byte(tt.file), tt.mode); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(sp, tt.mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, err := Load(cfg, "", env)
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %v, want %q", err, tt.want)
+				}
+				for _, s := range []string{secret, "hunter2-is-my-secret"} {
+					if strings.Contains(err.Error(), s) {
+						t.Errorf("error leaks the secret: %v", err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(l.SecretSource, tt.wantSrc) {
+				t.Errorf("source = %q, want %q", l.SecretSource, tt.wantSrc)
+			}
+			if tt.wantSrc == "" {
+				if err := l.RequireSecret(); err == nil || !strings.Contains(err.Error(), SecretEnv) {
+					t.Errorf("RequireSecret = %v", err)
+				}
+			} else if l.Secrets.Proxmox.TokenSecret != secret {
+				t.Errorf("secret not loaded from %s", tt.wantSrc)
+			}
+		})
+	}
+}
+
+func TestExplicitSecretsFileMissing(t *testing.T) {
+	_, err := Load(writeConfig(t, readTestdata(t, "valid.yaml")), filepath.Join(t.TempDir(), "nope.yaml"), testEnv(t))
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml: cannot read secrets: no such file or directory") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestMissingConfig(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "mgmt.yaml"), "", testEnv(t))
+	if err == nil || !strings.Contains(err.Error(), "mgmt.yaml: cannot read config: no such file or directory") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestInitThenLoad(t *testing.T) {
+	env := testEnv(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mgmt.yaml")
+	files, err := Init(cfg, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || !files[0].Written || !files[1].Written {
+		t.Fatalf("files = %+v", files)
+	}
+	if _, err := Load(cfg, "", env); err != nil {
+		t.Fatalf("init's own output does not validate:\n%v", err)
+	}
+	// A second init leaves both files alone.
+	if err := os.WriteFile(cfg, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err = Init(cfg, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files[0].Written || files[1].Written {
+		t.Errorf("init overwrote: %+v", files)
+	}
+	if b, _ := os.ReadFile(cfg); string(b) != "mine" {
+		t.Errorf("mgmt.yaml overwritten")
+	}
+	// The example secrets file is valid once copied with the right mode.
+	ex, err := os.ReadFile(filepath.Join(dir, "secrets.yaml.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Secrets
+	r := &report{file: "x", lines: map[string]int{}}
+	decode(ex, &s, r)
+	if len(r.errs) > 0 || s.Proxmox.TokenSecret == "" {
+		t.Errorf("example secrets do not decode: %v", r.errs)
+	}
+}

@@ -1,0 +1,137 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// SecretEnv is the environment variable that carries the Proxmox token
+// secret; it wins over the secrets file.
+const SecretEnv = "MGMTCTL_PROXMOX_TOKEN_SECRET"
+
+// Env is what loading needs from the laptop: the home directory for ~/ and
+// the environment. Passing it in keeps tests off the real home.
+type Env struct {
+	Home   string
+	Getenv func(string) string
+	// dir is the config file's directory; relative paths resolve there.
+	dir string
+}
+
+// Expand resolves ~/ against the home directory and relative paths against
+// the config file's directory.
+func (e Env) Expand(p string) string {
+	switch {
+	case p == "~":
+		return e.Home
+	case strings.HasPrefix(p, "~/"):
+		return filepath.Join(e.Home, p[2:])
+	case filepath.IsAbs(p) || e.dir == "":
+		return p
+	}
+	return filepath.Join(e.dir, p)
+}
+
+// Loaded is a validated config with its secrets and where they came from.
+type Loaded struct {
+	Path        string
+	SecretsPath string
+	Cluster     ManagementCluster
+	Secrets     Secrets
+	// SecretSource says where the token secret came from (the environment
+	// variable's name or the secrets file), or is empty when none was set.
+	SecretSource string
+	// AuthorizedKey is the VM user's public key, as read from
+	// spec.vm.sshPublicKeyFile.
+	AuthorizedKey string
+	Env           Env
+}
+
+// Load reads, defaults and validates a config file and its secrets. Every
+// problem is reported at once as Errors. secretsPath may be empty: then
+// secrets.yaml beside the config is used if it exists.
+func Load(path, secretsPath string, env Env) (*Loaded, error) {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
+	abs, err := filepath.Abs(path)
+	if err == nil {
+		env.dir = filepath.Dir(abs)
+	}
+	l := &Loaded{Path: path, Env: env}
+	r := &report{file: path, lines: map[string]int{}}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read config: %v", unwrapPathError(err))}}
+	}
+	decode(data, &l.Cluster, r)
+	if len(r.errs) == 0 {
+		applyDefaults(&l.Cluster)
+		v := &validator{report: r, fs: env}
+		v.cluster(&l.Cluster)
+		if key, err := os.ReadFile(env.Expand(l.Cluster.Spec.VM.SSHPublicKeyFile)); err == nil {
+			l.AuthorizedKey = strings.TrimSpace(string(key))
+		}
+	}
+	errs := r.errs
+	errs = append(errs, l.loadSecrets(secretsPath)...)
+	if len(errs) > 0 {
+		return nil, errs.sorted()
+	}
+	return l, nil
+}
+
+func (l *Loaded) loadSecrets(explicit string) Errors {
+	l.SecretsPath = explicit
+	if explicit == "" {
+		l.SecretsPath = filepath.Join(filepath.Dir(l.Path), "secrets.yaml")
+	}
+	r := &report{file: l.SecretsPath, lines: map[string]int{}}
+	fi, err := os.Stat(l.SecretsPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && explicit == "":
+		// No file is fine: the secret may come from the environment, and
+		// only the capi phase needs it (see RequireSecret).
+	case err != nil:
+		r.addNoValue("", "cannot read secrets: %v", unwrapPathError(err))
+	case fi.Mode().Perm()&0o077 != 0:
+		r.addNoValue("", "secrets file is readable by group or others (mode %04o); run: chmod 600 %s", fi.Mode().Perm(), l.SecretsPath)
+	default:
+		data, err := os.ReadFile(l.SecretsPath)
+		if err != nil {
+			r.addNoValue("", "cannot read secrets: %v", unwrapPathError(err))
+			break
+		}
+		decode(data, &l.Secrets, r)
+		if len(r.errs) == 0 && l.Secrets.Proxmox.TokenSecret != "" {
+			l.SecretSource = l.SecretsPath
+		}
+	}
+	if s := l.Env.Getenv(SecretEnv); s != "" {
+		l.Secrets.Proxmox.TokenSecret = s
+		l.SecretSource = SecretEnv
+	}
+	if len(r.errs) == 0 {
+		v := &validator{report: r}
+		v.secrets(&l.Secrets, l.SecretSource)
+	}
+	return r.errs
+}
+
+// RequireSecret reports, as a config error, that the token secret is
+// missing. Phases that hand credentials to CAPMOX call it before any
+// connection is opened.
+func (l *Loaded) RequireSecret() error {
+	if l.Secrets.Proxmox.TokenSecret != "" {
+		return nil
+	}
+	return Errors{{File: l.SecretsPath, Path: "proxmox.tokenSecret",
+		Msg: fmt.Sprintf("is required for the capi phase: write it to %s (mode 0600) or set %s", l.SecretsPath, SecretEnv)}}
+}
+
+// KubeconfigPath is the admin kubeconfig's path on the laptop.
+func (l *Loaded) KubeconfigPath() string { return l.Env.Expand(l.Cluster.Spec.Kubeconfig.Path) }

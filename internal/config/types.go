@@ -1,0 +1,128 @@
+// Package config is the contract between users and mgmtctl: the types of
+// mgmt.yaml and secrets.yaml, their defaults, and the validation that runs
+// before any connection is opened.
+package config
+
+// APIVersion and Kind identify a management cluster config file.
+const (
+	APIVersion = "mgmtctl/v1alpha1"
+	Kind       = "ManagementCluster"
+)
+
+// ManagementCluster is the whole of mgmt.yaml.
+type ManagementCluster struct {
+	APIVersion string   `yaml:"apiVersion"`
+	Kind       string   `yaml:"kind"`
+	Metadata   Metadata `yaml:"metadata"`
+	Spec       Spec     `yaml:"spec"`
+}
+
+// Metadata names the cluster; the name is also the VM name, the kubeconfig
+// context and part of file names.
+type Metadata struct {
+	Name string `yaml:"name"`
+}
+
+// Spec is the desired state of the management cluster.
+type Spec struct {
+	Proxmox            Proxmox    `yaml:"proxmox"`
+	Image              Image      `yaml:"image"`
+	VM                 VM         `yaml:"vm"`
+	K3s                K3s        `yaml:"k3s"`
+	CertManager        Chart      `yaml:"certManager"`
+	ClusterAPIOperator Chart      `yaml:"clusterAPIOperator"`
+	Providers          []Provider `yaml:"providers"`
+	Kubeconfig         Kubeconfig `yaml:"kubeconfig"`
+	Inspector          Inspector  `yaml:"inspector"`
+}
+
+// Proxmox is the Proxmox VE node that hosts the VM, and the API identity
+// CAPMOX will use.
+type Proxmox struct {
+	Host     string `yaml:"host"`
+	User     string `yaml:"user"`
+	Node     string `yaml:"node"`
+	APIURL   string `yaml:"apiURL"`
+	TokenID  string `yaml:"tokenID"`
+	Storage  string `yaml:"storage"`
+	ImageDir string `yaml:"imageDir"`
+}
+
+// Image is the pinned cloud image the VM is created from.
+type Image struct {
+	URL    string `yaml:"url"`
+	SHA256 string `yaml:"sha256"`
+}
+
+// VM is the management cluster's virtual machine.
+type VM struct {
+	ID               int      `yaml:"id"`
+	Cores            int      `yaml:"cores"`
+	MemoryMiB        int      `yaml:"memoryMiB"`
+	DiskGiB          int      `yaml:"diskGiB"`
+	Bridge           string   `yaml:"bridge"`
+	VLAN             int      `yaml:"vlan"`
+	Address          string   `yaml:"address"`
+	Gateway          string   `yaml:"gateway"`
+	Nameservers      []string `yaml:"nameservers"`
+	User             string   `yaml:"user"`
+	SSHPublicKeyFile string   `yaml:"sshPublicKeyFile"`
+}
+
+// K3s pins the Kubernetes distribution on the VM.
+type K3s struct {
+	Version          string `yaml:"version"`
+	InstallScriptURL string `yaml:"installScriptURL"`
+}
+
+// Chart pins a Helm chart installed through a k3s HelmChart.
+type Chart struct {
+	Version string `yaml:"version"`
+	Repo    string `yaml:"repo"`
+}
+
+// ProviderType is the kind of a Cluster API provider, as written in mgmt.yaml.
+type ProviderType string
+
+// The provider types mgmtctl installs.
+const (
+	ProviderCore           ProviderType = "core"
+	ProviderBootstrap      ProviderType = "bootstrap"
+	ProviderControlPlane   ProviderType = "controlPlane"
+	ProviderInfrastructure ProviderType = "infrastructure"
+	ProviderIPAM           ProviderType = "ipam"
+)
+
+// ProviderTypes lists the types in the order they are installed: core first,
+// as upstream's upgrade advice requires.
+var ProviderTypes = []ProviderType{ProviderCore, ProviderBootstrap, ProviderControlPlane, ProviderInfrastructure, ProviderIPAM}
+
+// Provider is one cluster-api-operator provider CR.
+type Provider struct {
+	Type      ProviderType      `yaml:"type"`
+	Name      string            `yaml:"name"`
+	Version   string            `yaml:"version"`
+	Namespace string            `yaml:"namespace"`
+	Variables map[string]string `yaml:"variables"`
+}
+
+// Kubeconfig is where the admin kubeconfig lands on the laptop.
+type Kubeconfig struct {
+	Path string `yaml:"path"`
+}
+
+// Inspector is the read-only identity with a time-limited token.
+type Inspector struct {
+	Name     string `yaml:"name"`
+	TokenTTL string `yaml:"tokenTTL"`
+}
+
+// Secrets is the whole of secrets.yaml.
+type Secrets struct {
+	Proxmox ProxmoxSecrets `yaml:"proxmox"`
+}
+
+// ProxmoxSecrets holds the Proxmox API token secret (PROXMOX_SECRET).
+type ProxmoxSecrets struct {
+	TokenSecret string `yaml:"tokenSecret"`
+}

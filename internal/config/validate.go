@@ -1,0 +1,403 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Minimums for the VM: k3s's own server minimum (2 cores, 2 GiB) plus
+// cert-manager, cluster-api-operator and five provider controllers, and a
+// disk that holds the cloud image, k3s's images and the providers' images.
+const (
+	MinCores     = 2
+	MinMemoryMiB = 3072
+	MinDiskGiB   = 20
+	MaxCores     = 512
+	MaxMemoryMiB = 4 * 1024 * 1024
+	MaxDiskGiB   = 64 * 1024
+
+	MinVMID = 100
+	MaxVMID = 999999999
+
+	// TokenRequest refuses expirations under 10 minutes; a year is already
+	// longer than a "time-limited" inspector token should live.
+	MinTokenTTL = 10 * time.Minute
+	MaxTokenTTL = 8760 * time.Hour
+)
+
+var (
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	hostname     = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$`)
+	unixUser     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	// Proxmox: userid is user@realm, token name [A-Za-z][A-Za-z0-9.\-_]+
+	// (pve-access-control PVE::AccessControl).
+	tokenID = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+![A-Za-z][A-Za-z0-9._-]+$`)
+	// Proxmox storage IDs: pve-storage's pve-storage-id format.
+	storageID = regexp.MustCompile(`^[a-z][a-z0-9\-_.]*[a-z0-9]$`)
+	// A Linux interface name fits IFNAMSIZ (15 characters).
+	ifName     = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,14}$`)
+	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	fileName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
+	k3sVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+\+k3s[0-9]+$`)
+	vSemver    = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+	semver     = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+	envName    = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	uuid       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+)
+
+// reservedVariables are set by mgmtctl from proxmox.* and the secrets file;
+// a provider's variables may not override them.
+var reservedVariables = map[string]bool{"PROXMOX_URL": true, "PROXMOX_TOKEN": true, "PROXMOX_SECRET": true}
+
+// validator checks the effective (defaulted) config. It never opens a
+// connection; the only I/O is reading the SSH public key file.
+type validator struct {
+	*report
+	fs Env
+}
+
+func (v *validator) cluster(c *ManagementCluster) {
+	if c.APIVersion != APIVersion {
+		v.add("apiVersion", c.APIVersion, "must be %s", APIVersion)
+	}
+	if c.Kind != Kind {
+		v.add("kind", c.Kind, "must be %s", Kind)
+	}
+	v.dnsLabel("metadata.name", c.Metadata.Name, true)
+	s := &c.Spec
+	v.proxmox(&s.Proxmox)
+	v.image(&s.Image)
+	v.vm(&s.VM)
+	v.k3s(&s.K3s)
+	v.chart("spec.certManager", s.CertManager, vSemver, "a chart version with a leading v, like v1.21.2 (cert-manager's chart versions carry the v)")
+	v.chart("spec.clusterAPIOperator", s.ClusterAPIOperator, semver, "a chart version without a leading v, like 0.28.0 (the operator's chart versions carry no v)")
+	v.providers(s.Providers)
+	v.localPath("spec.kubeconfig.path", s.Kubeconfig.Path)
+	v.dnsSubdomain("spec.inspector.name", s.Inspector.Name)
+	v.tokenTTL("spec.inspector.tokenTTL", s.Inspector.TokenTTL)
+}
+
+func (v *validator) required(p, val string) bool {
+	if strings.TrimSpace(val) == "" {
+		v.addNoValue(p, "is required")
+		return false
+	}
+	return true
+}
+
+func (v *validator) dnsLabel(p, val string, req bool) {
+	if val == "" && !req {
+		return
+	}
+	if !v.required(p, val) {
+		return
+	}
+	if len(val) > 63 || !dnsLabel.MatchString(val) {
+		v.add(p, val, "must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit")
+	}
+}
+
+func (v *validator) dnsSubdomain(p, val string) {
+	if !v.required(p, val) {
+		return
+	}
+	if len(val) > 253 || !dnsSubdomain.MatchString(val) {
+		v.add(p, val, "must be a DNS subdomain: lowercase letters, digits, '-' and '.'")
+	}
+}
+
+func (v *validator) proxmox(p *Proxmox) {
+	if v.required("spec.proxmox.host", p.Host) {
+		v.hostPort("spec.proxmox.host", p.Host)
+	}
+	if v.required("spec.proxmox.user", p.User) && !unixUser.MatchString(p.User) {
+		v.add("spec.proxmox.user", p.User, "must be a Unix user name")
+	}
+	v.dnsLabel("spec.proxmox.node", p.Node, true)
+	v.url("spec.proxmox.apiURL", p.APIURL, "https")
+	if v.required("spec.proxmox.tokenID", p.TokenID) && !tokenID.MatchString(p.TokenID) {
+		v.add("spec.proxmox.tokenID", p.TokenID, "must be a Proxmox API token ID of the form user@realm!tokenname")
+	}
+	if v.required("spec.proxmox.storage", p.Storage) && !storageID.MatchString(p.Storage) {
+		v.add("spec.proxmox.storage", p.Storage, "must be a Proxmox storage ID (lowercase letters, digits, '-', '_', '.')")
+	}
+	v.remotePath("spec.proxmox.imageDir", p.ImageDir)
+}
+
+func (v *validator) hostPort(p, val string) {
+	host := val
+	if h, port, err := net.SplitHostPort(val); err == nil {
+		host = h
+		var n int
+		if _, err := fmt.Sscanf(port, "%d", &n); err != nil || fmt.Sprint(n) != port || n < 1 || n > 65535 {
+			v.add(p, val, "port must be a number from 1 to 65535")
+			return
+		}
+	} else if strings.Count(val, ":") == 1 {
+		v.add(p, val, "must be host or host:port")
+		return
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return
+	}
+	if len(host) > 253 || !hostname.MatchString(host) {
+		v.add(p, val, "must be a host name or IP address, optionally with :port")
+	}
+}
+
+func (v *validator) url(p, val string, schemes ...string) {
+	if !v.required(p, val) {
+		return
+	}
+	u, err := url.Parse(val)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		v.add(p, val, "must be an absolute URL")
+		return
+	}
+	ok := false
+	for _, s := range schemes {
+		ok = ok || u.Scheme == s
+	}
+	if !ok {
+		v.add(p, val, "must be a %s URL", strings.Join(schemes, " or "))
+		return
+	}
+	if u.User != nil {
+		v.addNoValue(p, "must not carry credentials in the URL")
+	}
+}
+
+// remotePath checks a path on a remote host: absolute and free of the
+// characters that make paths ambiguous in logs and config files.
+func (v *validator) remotePath(p, val string) {
+	if !v.required(p, val) {
+		return
+	}
+	if !strings.HasPrefix(val, "/") || path.Clean(val) != val || strings.ContainsAny(val, "\x00\n\r\t ") {
+		v.add(p, val, "must be a clean absolute path without spaces")
+	}
+}
+
+// localPath checks a laptop path: ~/ or absolute or relative to the config.
+func (v *validator) localPath(p, val string) {
+	if !v.required(p, val) {
+		return
+	}
+	if strings.ContainsAny(val, "\x00\n\r") || strings.HasSuffix(val, "/") {
+		v.add(p, val, "must be a file path")
+		return
+	}
+	if strings.HasPrefix(val, "~") && !strings.HasPrefix(val, "~/") {
+		v.add(p, val, "only ~/ is expanded; ~user is not supported")
+	}
+}
+
+func (v *validator) image(im *Image) {
+	v.url("spec.image.url", im.URL, "https", "http")
+	if u, err := url.Parse(im.URL); err == nil && u.Host != "" {
+		if base := path.Base(u.Path); strings.HasSuffix(u.Path, "/") || !fileName.MatchString(base) {
+			v.add("spec.image.url", im.URL, "must end in a file name (letters, digits, '.', '_', '-', '+')")
+		}
+	}
+	if v.required("spec.image.sha256", im.SHA256) && !sha256Hex.MatchString(im.SHA256) {
+		v.add("spec.image.sha256", im.SHA256, "must be 64 lowercase hex digits")
+	}
+}
+
+func (v *validator) intRange(p string, val, lo, hi int, why string) {
+	if val < lo || val > hi {
+		v.add(p, fmt.Sprint(val), "must be from %d to %d%s", lo, hi, why)
+	}
+}
+
+func (v *validator) vm(m *VM) {
+	if m.ID == 0 {
+		v.addNoValue("spec.vm.id", "is required (a free Proxmox VMID, %d or more)", MinVMID)
+	} else {
+		v.intRange("spec.vm.id", m.ID, MinVMID, MaxVMID, "")
+	}
+	v.intRange("spec.vm.cores", m.Cores, MinCores, MaxCores, " (k3s with cert-manager, the operator and five providers needs 2 or more)")
+	v.intRange("spec.vm.memoryMiB", m.MemoryMiB, MinMemoryMiB, MaxMemoryMiB, " (k3s with these addons needs 3072 MiB or more)")
+	v.intRange("spec.vm.diskGiB", m.DiskGiB, MinDiskGiB, MaxDiskGiB, " (the image, k3s and the providers' images need 20 GiB or more)")
+	if v.required("spec.vm.bridge", m.Bridge) && !ifName.MatchString(m.Bridge) {
+		v.add("spec.vm.bridge", m.Bridge, "must be a Linux bridge name (at most 15 characters)")
+	}
+	if m.VLAN != 0 {
+		v.intRange("spec.vm.vlan", m.VLAN, 1, 4094, "; leave it out for an untagged port")
+	}
+
+	var prefix netip.Prefix
+	if v.required("spec.vm.address", m.Address) {
+		var err error
+		prefix, err = netip.ParsePrefix(m.Address)
+		switch {
+		case err != nil || !prefix.Addr().Is4():
+			v.add("spec.vm.address", m.Address, "must be an IPv4 address with its prefix length, like 192.0.2.50/24")
+			prefix = netip.Prefix{}
+		case prefix.Bits() < 8 || prefix.Bits() > 30:
+			v.add("spec.vm.address", m.Address, "prefix length must be from 8 to 30")
+			prefix = netip.Prefix{}
+		case prefix.Addr() == prefix.Masked().Addr():
+			v.add("spec.vm.address", m.Address, "is the network address of its subnet, not a host address")
+		case isBroadcast(prefix):
+			v.add("spec.vm.address", m.Address, "is the broadcast address of its subnet")
+		}
+	}
+	if v.required("spec.vm.gateway", m.Gateway) {
+		gw, err := netip.ParseAddr(m.Gateway)
+		switch {
+		case err != nil || !gw.Is4():
+			v.add("spec.vm.gateway", m.Gateway, "must be an IPv4 address")
+		case prefix.IsValid() && !prefix.Masked().Contains(gw):
+			v.add("spec.vm.gateway", m.Gateway, "must be inside the VM's subnet %s", prefix.Masked())
+		case prefix.IsValid() && gw == prefix.Addr():
+			v.add("spec.vm.gateway", m.Gateway, "must not be the VM's own address")
+		}
+	}
+	if len(m.Nameservers) == 0 {
+		v.addNoValue("spec.vm.nameservers", "needs at least one address")
+	}
+	for i, ns := range m.Nameservers {
+		if _, err := netip.ParseAddr(ns); err != nil {
+			v.add(fmt.Sprintf("spec.vm.nameservers[%d]", i), ns, "must be an IP address")
+		}
+	}
+	if v.required("spec.vm.user", m.User) {
+		switch {
+		case !unixUser.MatchString(m.User):
+			v.add("spec.vm.user", m.User, "must be a Unix user name")
+		case m.User == "root":
+			v.add("spec.vm.user", m.User, "must not be root: cloud-init creates this user with sudo")
+		}
+	}
+	v.publicKey("spec.vm.sshPublicKeyFile", m.SSHPublicKeyFile)
+}
+
+func isBroadcast(p netip.Prefix) bool {
+	a := p.Addr().As4()
+	host := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	mask := ^uint32(0) >> p.Bits()
+	return host&mask == mask
+}
+
+func (v *validator) publicKey(p, val string) {
+	if !v.required(p, val) {
+		return
+	}
+	file := v.fs.Expand(val)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		v.add(p, val, "cannot read the SSH public key: %v", unwrapPathError(err))
+		return
+	}
+	if _, _, _, _, err := ssh.ParseAuthorizedKey(data); err != nil {
+		v.add(p, val, "is not an OpenSSH public key (%v)", err)
+	}
+}
+
+func unwrapPathError(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+func (v *validator) k3s(k *K3s) {
+	if v.required("spec.k3s.version", k.Version) && !k3sVersion.MatchString(k.Version) {
+		v.add("spec.k3s.version", k.Version, "must be a k3s release tag like v1.35.7+k3s1")
+	}
+	v.url("spec.k3s.installScriptURL", k.InstallScriptURL, "https", "http")
+}
+
+func (v *validator) chart(p string, c Chart, form *regexp.Regexp, want string) {
+	if v.required(p+".version", c.Version) && !form.MatchString(c.Version) {
+		v.add(p+".version", c.Version, "must be %s", want)
+	}
+	v.url(p+".repo", c.Repo, "https", "http")
+}
+
+func (v *validator) providers(ps []Provider) {
+	if len(ps) == 0 {
+		v.addNoValue("spec.providers", "needs the core provider (leave the field out for the default five)")
+		return
+	}
+	byType := map[ProviderType]int{}
+	namespaces := map[string]string{}
+	for i, pr := range ps {
+		p := fmt.Sprintf("spec.providers[%d]", i)
+		known, ok := supportedProviders[pr.Type]
+		if !ok {
+			v.add(p+".type", string(pr.Type), "must be one of core, bootstrap, controlPlane, infrastructure, ipam")
+			continue
+		}
+		if first, dup := byType[pr.Type]; dup {
+			v.add(p+".type", string(pr.Type), "only one provider per type; spec.providers[%d] is already %s", first, pr.Type)
+			continue
+		}
+		byType[pr.Type] = i
+		if pr.Name != known.name {
+			// Core must be named cluster-api (upstream preflight); for the
+			// others, only these are predefined in clusterctl and wired up
+			// by mgmtctl (CAPMOX credentials, in-cluster IPAM).
+			v.add(p+".name", pr.Name, "a %s provider must be %q in this version of mgmtctl", pr.Type, known.name)
+		}
+		if v.required(p+".version", pr.Version) && !vSemver.MatchString(pr.Version) {
+			v.add(p+".version", pr.Version, "must be a release tag like v1.12.11")
+		}
+		v.dnsLabel(p+".namespace", pr.Namespace, true)
+		if other, dup := namespaces[pr.Namespace]; dup && pr.Namespace != "" {
+			v.add(p+".namespace", pr.Namespace, "is already the namespace of %s; each provider needs its own", other)
+		}
+		namespaces[pr.Namespace] = p
+		for k := range pr.Variables {
+			kp := p + ".variables." + k
+			switch {
+			case !envName.MatchString(k):
+				v.add(kp, k, "variable names must be upper-case like CAPMOX_LOG_LEVEL")
+			case reservedVariables[k]:
+				v.add(kp, k, "is set by mgmtctl from spec.proxmox and the secrets file; remove it")
+			}
+		}
+	}
+	if _, ok := byType[ProviderCore]; !ok {
+		v.addNoValue("spec.providers", "exactly one core provider (cluster-api) is required")
+	}
+	if _, ok := byType[ProviderInfrastructure]; !ok {
+		v.addNoValue("spec.providers", "the infrastructure provider (proxmox) is required")
+	}
+}
+
+func (v *validator) tokenTTL(p, val string) {
+	if !v.required(p, val) {
+		return
+	}
+	d, err := time.ParseDuration(val)
+	if err != nil {
+		v.add(p, val, "must be a duration like 168h or 90m")
+		return
+	}
+	if d < MinTokenTTL || d > MaxTokenTTL {
+		v.add(p, val, "must be from 10m to 8760h")
+	}
+}
+
+// secrets checks secret values without ever echoing them.
+func (v *validator) secrets(s *Secrets, source string) {
+	ts := s.Proxmox.TokenSecret
+	if ts == "" {
+		return
+	}
+	if !uuid.MatchString(ts) {
+		v.addNoValue("proxmox.tokenSecret", "must be a Proxmox API token secret, a UUID like 01234567-89ab-cdef-0123-456789abcdef (got a value of %d characters from %s)", len(ts), source)
+	}
+}

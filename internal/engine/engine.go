@@ -1,0 +1,239 @@
+// Package engine runs phases of steps: it selects phases by tag, asks each
+// step for its plan, applies it (or, in check mode, only reports it), runs
+// notified handlers at the end of each phase, and emits events that views
+// render and the recap counts.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// Options select what a run does.
+type Options struct {
+	// Check reports what would change and changes nothing.
+	Check bool
+	// Tags, when not empty, selects phases; SkipTags removes phases.
+	Tags     []step.Tag
+	SkipTags []step.Tag
+	// Now is the clock, for tests; nil means time.Now.
+	Now func() time.Time
+}
+
+// StepError is the failure of one step, with where it happened.
+type StepError struct {
+	Phase step.Tag
+	Step  string
+	Host  string
+	Err   error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("%s/%s on %s: %v", e.Phase, e.Step, e.Host, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// ErrInterrupted is returned when the run stopped because ctx was cancelled
+// between steps.
+var ErrInterrupted = errors.New("interrupted")
+
+// Result is what a run did.
+type Result struct {
+	Recap *Recap
+	// Pending is the number of changes a check run found (in a normal run,
+	// the number of steps that changed).
+	Pending int
+}
+
+// SelectPhases returns the phases chosen by tags and skipTags, in run order,
+// or an error naming an unknown tag.
+func SelectPhases(phases []step.Phase, tags, skipTags []step.Tag) ([]step.Phase, error) {
+	known := map[step.Tag]bool{}
+	for _, p := range phases {
+		known[p.Tag] = true
+	}
+	for _, t := range append(append([]step.Tag{}, tags...), skipTags...) {
+		if !known[t] {
+			names := make([]string, 0, len(phases))
+			for _, p := range phases {
+				names = append(names, string(p.Tag))
+			}
+			return nil, fmt.Errorf("unknown tag %q (tags: %s)", t, strings.Join(names, ", "))
+		}
+	}
+	in := func(t step.Tag, set []step.Tag) bool {
+		for _, s := range set {
+			if s == t {
+				return true
+			}
+		}
+		return false
+	}
+	var out []step.Phase
+	for _, p := range phases {
+		if len(tags) > 0 && !in(p.Tag, tags) {
+			continue
+		}
+		if in(p.Tag, skipTags) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Run converges the selected phases in order. It stops at the first failed
+// step (later phases build on earlier ones) and between steps when ctx is
+// cancelled. Every step's outcome is emitted to l before Run returns, and
+// the last event is always RunEnd with the recap.
+func Run(ctx context.Context, phases []step.Phase, opts Options, l Listener) (*Result, error) {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	selected, err := SelectPhases(phases, opts.Tags, opts.SkipTags)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{ctx: ctx, opts: opts, now: now, recap: NewRecap()}
+	r.l = Listeners{r.recap, l}
+	tags := make([]step.Tag, len(selected))
+	for i, p := range selected {
+		tags[i] = p.Tag
+	}
+	r.emit(Event{Kind: RunStart, Phases: tags})
+	for _, p := range selected {
+		if err = r.phase(p); err != nil {
+			break
+		}
+	}
+	r.emit(Event{Kind: RunEnd, Recap: r.recap, Interrupted: errors.Is(err, ErrInterrupted)})
+	return &Result{Recap: r.recap, Pending: r.recap.Total.Changed}, err
+}
+
+type runner struct {
+	ctx   context.Context
+	opts  Options
+	now   func() time.Time
+	l     Listener
+	recap *Recap
+}
+
+func (r *runner) emit(e Event) {
+	e.Time = r.now()
+	e.Check = r.opts.Check
+	r.l.Event(e)
+}
+
+// progress forwards a step's progress reports as events.
+type progress struct {
+	r        *runner
+	phase    step.Tag
+	id, host string
+}
+
+func (p progress) Progress(msg string) {
+	p.r.emit(Event{Kind: StepProgress, Phase: p.phase, Step: p.id, Host: p.host, Message: msg})
+}
+
+func (r *runner) interrupted() error {
+	if r.ctx.Err() != nil {
+		return ErrInterrupted
+	}
+	return nil
+}
+
+func (r *runner) phase(p step.Phase) error {
+	r.emit(Event{Kind: PhaseStart, Phase: p.Tag})
+	if err := r.interrupted(); err != nil {
+		return err
+	}
+	if p.Prepare != nil {
+		start := r.now()
+		r.emit(Event{Kind: StepStart, Phase: p.Tag, Step: "gather-facts"})
+		ctx := step.WithReporter(r.ctx, progress{r, p.Tag, "gather-facts", ""})
+		host, err := p.Prepare(ctx)
+		e := Event{Kind: StepEnd, Phase: p.Tag, Step: "gather-facts", Host: host, Outcome: step.OK, Duration: r.now().Sub(start)}
+		if err != nil {
+			e.Outcome, e.Err = step.Failed, err
+			r.emit(e)
+			return &StepError{Phase: p.Tag, Step: "gather-facts", Host: host, Err: err}
+		}
+		r.emit(e)
+	}
+	notified := map[string]bool{}
+	for _, s := range p.Steps {
+		if err := r.interrupted(); err != nil {
+			return err
+		}
+		plan, err := r.step(p.Tag, s, false)
+		if err != nil {
+			return err
+		}
+		for _, h := range plan.Notify {
+			notified[h] = true
+		}
+	}
+	for _, h := range p.Handlers {
+		if !notified[h.ID()] {
+			continue
+		}
+		if err := r.interrupted(); err != nil {
+			return err
+		}
+		if _, err := r.step(p.Tag, h, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step runs one step and returns the plan when it was applied (or would be
+// in check mode), so its notifications count; an ok or skipped step
+// notifies nothing.
+func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error) {
+	start := r.now()
+	base := Event{Phase: tag, Step: s.ID(), Host: s.Host(), Handler: handler}
+	started := base
+	started.Kind = StepStart
+	r.emit(started)
+	ctx := step.WithReporter(r.ctx, progress{r, tag, s.ID(), s.Host()})
+
+	end := base
+	end.Kind = StepEnd
+	fail := func(err error) (step.Plan, error) {
+		end.Outcome, end.Err, end.Duration = step.Failed, err, r.now().Sub(start)
+		r.emit(end)
+		return step.Plan{}, &StepError{Phase: tag, Step: s.ID(), Host: s.Host(), Err: err}
+	}
+
+	plan, err := s.Check(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("check: %w", err))
+	}
+	end.Warnings, end.Note, end.Changes = plan.Warnings, plan.Note, plan.Changes
+	switch {
+	case plan.Skip != "":
+		end.Outcome, end.Note, end.Changes = step.Skipped, plan.Skip, nil
+		plan.Notify = nil
+	case plan.Empty():
+		end.Outcome = step.OK
+		plan.Notify = nil
+	case r.opts.Check:
+		end.Outcome = step.Changed
+	default:
+		if err := s.Apply(ctx, plan); err != nil {
+			return fail(err)
+		}
+		end.Outcome = step.Changed
+	}
+	end.Duration = r.now().Sub(start)
+	r.emit(end)
+	return plan, nil
+}

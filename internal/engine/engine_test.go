@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
+)
+
+// events records every event for assertions.
+type events []Event
+
+func (e *events) Event(ev Event) { *e = append(*e, ev) }
+
+func (e events) ends() []string {
+	var out []string
+	for _, ev := range e {
+		if ev.Kind == StepEnd {
+			out = append(out, string(ev.Phase)+"/"+ev.Step+"="+ev.Outcome.String())
+		}
+	}
+	return out
+}
+
+func phases(w *steptest.World) []step.Phase {
+	return []step.Phase{
+		{Tag: step.TagVM, Steps: []step.Step{
+			&steptest.File{StepID: "image", HostName: "pve", Path: "/img", Content: "image", W: w},
+			&steptest.File{StepID: "vm", HostName: "pve", Path: "/vm", Content: "vm 110", W: w},
+		}},
+		{Tag: step.TagK3s, Steps: []step.Step{
+			&steptest.File{StepID: "config", HostName: "vm", Path: "/etc/k3s.yaml", Content: "tls-san: x", W: w, Notify: []string{"restart-k3s"}},
+			&steptest.File{StepID: "env", HostName: "vm", Path: "/etc/k3s.env", Content: "A=1", W: w, Notify: []string{"restart-k3s"}},
+		}, Handlers: []step.Step{
+			&steptest.Action{StepID: "restart-k3s", HostName: "vm", W: w},
+			&steptest.Action{StepID: "never-notified", HostName: "vm", W: w},
+		}},
+	}
+}
+
+func TestConvergeThenNoop(t *testing.T) {
+	w := steptest.NewWorld()
+	var ev events
+	res, err := Run(context.Background(), phases(w), Options{}, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"vm/image=changed", "vm/vm=changed", "k3s/config=changed", "k3s/env=changed", "k3s/restart-k3s=changed"}
+	if got := ev.ends(); !reflect.DeepEqual(got, want) {
+		t.Errorf("first run:\n got %v\nwant %v", got, want)
+	}
+	if got := w.Mutations(); len(got) != 5 || got[4] != "run restart-k3s" {
+		t.Errorf("mutations = %v (handler must run once, after both notifiers)", got)
+	}
+	if res.Recap.Total.Changed != 5 || res.Recap.Hosts["pve"].Changed != 2 || res.Recap.Hosts["vm"].Changed != 3 {
+		t.Errorf("recap = %+v, hosts %+v %+v", res.Recap.Total, res.Recap.Hosts["pve"], res.Recap.Hosts["vm"])
+	}
+
+	ev = nil
+	res, err = Run(context.Background(), phases(w), Options{}, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Recap.Total != (Counts{OK: 4}) {
+		t.Errorf("second run recap = %+v, want ok=4 changed=0", res.Recap.Total)
+	}
+	if len(w.Mutations()) != 5 {
+		t.Errorf("second run mutated: %v", w.Mutations())
+	}
+}
+
+func TestCheckMutatesNothing(t *testing.T) {
+	w := steptest.NewWorld()
+	var ev events
+	res, err := Run(context.Background(), phases(w), Options{Check: true}, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := w.Mutations(); len(m) != 0 {
+		t.Fatalf("check mode mutated: %v", m)
+	}
+	// Pending changes are reported as changed, handlers included.
+	if res.Recap.Total.Changed != 5 || res.Pending != 5 {
+		t.Errorf("check recap = %+v", res.Recap.Total)
+	}
+	for _, e := range ev {
+		if !e.Check {
+			t.Fatalf("event without Check flag in check mode: %+v", e)
+		}
+		if e.Kind == StepEnd && e.Step == "config" {
+			if len(e.Changes) != 1 || e.Changes[0].Diff == nil || e.Changes[0].Diff.After != "tls-san: x" {
+				t.Errorf("config step diff missing: %+v", e.Changes)
+			}
+		}
+	}
+}
+
+func TestTags(t *testing.T) {
+	tests := []struct {
+		name       string
+		tags, skip []step.Tag
+		want       []step.Tag
+		err        string
+	}{
+		{name: "all", want: []step.Tag{step.TagVM, step.TagK3s}},
+		{name: "one", tags: []step.Tag{step.TagK3s}, want: []step.Tag{step.TagK3s}},
+		{name: "order is run order", tags: []step.Tag{step.TagK3s, step.TagVM}, want: []step.Tag{step.TagVM, step.TagK3s}},
+		{name: "skip", skip: []step.Tag{step.TagVM}, want: []step.Tag{step.TagK3s}},
+		{name: "tag and skip", tags: []step.Tag{step.TagVM}, skip: []step.Tag{step.TagVM}},
+		{name: "unknown", tags: []step.Tag{"vms"}, err: `unknown tag "vms" (tags: vm, k3s)`},
+		{name: "unknown skip", skip: []step.Tag{"x"}, err: `unknown tag "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := SelectPhases(phases(steptest.NewWorld()), tt.tags, tt.skip)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			var tags []step.Tag
+			for _, p := range got {
+				tags = append(tags, p.Tag)
+			}
+			if !reflect.DeepEqual(tags, tt.want) {
+				t.Errorf("got %v, want %v", tags, tt.want)
+			}
+		})
+	}
+}
+
+func TestHandlerOnlyWhenNotifierChanged(t *testing.T) {
+	w := steptest.NewWorld()
+	w.Files["/etc/k3s.yaml"] = "tls-san: x"
+	w.Files["/etc/k3s.env"] = "A=1"
+	var ev events
+	if _, err := Run(context.Background(), phases(w), Options{Tags: []step.Tag{step.TagK3s}}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/config=ok", "k3s/env=ok"}) {
+		t.Errorf("got %v; a handler must not run when nothing notified it", got)
+	}
+	// One notifier changed: the handler runs once.
+	w.Files["/etc/k3s.env"] = "A=0"
+	ev = nil
+	if _, err := Run(context.Background(), phases(w), Options{Tags: []step.Tag{step.TagK3s}}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/config=ok", "k3s/env=changed", "k3s/restart-k3s=changed"}) {
+		t.Errorf("got %v", got)
+	}
+	for _, e := range ev {
+		if e.Kind == StepEnd && e.Step == "restart-k3s" && !e.Handler {
+			t.Errorf("handler event not marked as handler")
+		}
+	}
+}
+
+func TestFailureStopsRun(t *testing.T) {
+	w := steptest.NewWorld()
+	ps := phases(w)
+	boom := errors.New("qm: VM 110 already exists")
+	ps[0].Steps[1].(*steptest.File).ApplyErr = boom
+	var ev events
+	res, err := Run(context.Background(), ps, Options{}, &ev)
+	var se *StepError
+	if !errors.As(err, &se) || !errors.Is(err, boom) || se.Step != "vm" || se.Host != "pve" || se.Phase != step.TagVM {
+		t.Fatalf("err = %#v", err)
+	}
+	if got := ev.ends(); !reflect.DeepEqual(got, []string{"vm/image=changed", "vm/vm=failed"}) {
+		t.Errorf("got %v; nothing may run after a failure", got)
+	}
+	if res.Recap.Total.Failed != 1 || ev[len(ev)-1].Kind != RunEnd {
+		t.Errorf("recap = %+v, last event %v", res.Recap.Total, ev[len(ev)-1].Kind)
+	}
+}
+
+func TestCheckErrorFails(t *testing.T) {
+	w := steptest.NewWorld()
+	ps := phases(w)
+	ps[0].Steps[0].(*steptest.File).CheckErr = errors.New("cannot read")
+	_, err := Run(context.Background(), ps, Options{}, &events{})
+	if err == nil || !strings.Contains(err.Error(), "vm/image on pve: check: cannot read") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSkip(t *testing.T) {
+	w := steptest.NewWorld()
+	ps := phases(w)
+	ps[0].Steps[0].(*steptest.File).Skip = "image managed elsewhere"
+	var ev events
+	res, err := Run(context.Background(), ps, Options{Tags: []step.Tag{step.TagVM}}, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Recap.Total.Skipped != 1 {
+		t.Errorf("recap = %+v", res.Recap.Total)
+	}
+	for _, e := range ev {
+		if e.Kind == StepEnd && e.Step == "image" && e.Note != "image managed elsewhere" {
+			t.Errorf("skip reason lost: %+v", e)
+		}
+	}
+}
+
+func TestPrepare(t *testing.T) {
+	w := steptest.NewWorld()
+	ps := phases(w)
+	ps[0].Prepare = func(ctx context.Context) (string, error) { return "pve", errors.New("host key mismatch") }
+	var ev events
+	_, err := Run(context.Background(), ps, Options{}, &ev)
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != "gather-facts" {
+		t.Fatalf("err = %v", err)
+	}
+	if len(w.Mutations()) != 0 {
+		t.Errorf("steps ran after a failed prepare")
+	}
+}
+
+// TestInterruptBetweenSteps: cancelling stops the run after the step in
+// flight, and the recap still comes.
+func TestInterruptBetweenSteps(t *testing.T) {
+	w := steptest.NewWorld()
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := []step.Phase{{Tag: step.TagVM, Steps: []step.Step{
+		&steptest.File{StepID: "a", HostName: "h", Path: "/a", Content: "a", W: w},
+		&cancelling{cancel},
+		&steptest.File{StepID: "b", HostName: "h", Path: "/b", Content: "b", W: w},
+	}}}
+	var ev events
+	_, err := Run(ctx, ps, Options{}, &ev)
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v", err)
+	}
+	if got := ev.ends(); !reflect.DeepEqual(got, []string{"vm/a=changed", "vm/cancel=changed"}) {
+		t.Errorf("got %v", got)
+	}
+	if last := ev[len(ev)-1]; last.Kind != RunEnd || !last.Interrupted {
+		t.Errorf("last event = %+v", last)
+	}
+}
+
+type cancelling struct{ cancel func() }
+
+func (c *cancelling) ID() string   { return "cancel" }
+func (c *cancelling) Host() string { return "h" }
+func (c *cancelling) Check(context.Context) (step.Plan, error) {
+	return step.Plan{Changes: []step.Change{{Summary: "cancel"}}}, nil
+}
+func (c *cancelling) Apply(context.Context, step.Plan) error { c.cancel(); return nil }
+
+func TestProgressEvents(t *testing.T) {
+	w := steptest.NewWorld()
+	ps := []step.Phase{{Tag: step.TagVM, Steps: []step.Step{
+		&steptest.Action{StepID: "wait-ssh", HostName: "vm", W: w, Progress: []string{"waiting for SSH on 192.0.2.50:22"}},
+	}}}
+	var ev events
+	if _, err := Run(context.Background(), ps, Options{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, e := range ev {
+		if e.Kind == StepProgress && e.Step == "wait-ssh" && e.Message == "waiting for SSH on 192.0.2.50:22" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no progress event: %+v", ev)
+	}
+}

@@ -1,0 +1,78 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/shell"
+)
+
+// Batch runs read-only commands in one round trip and returns each one's
+// result, so gathering a host's facts costs one session, not one per fact.
+// Each command's stdout and exit code are framed by a random marker that
+// its output cannot forge; stderr is kept per command too.
+func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, error) {
+	var raw [8]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, err
+	}
+	marker := "mgmtctl-" + hex.EncodeToString(raw[:])
+	var script strings.Builder
+	for i, c := range cmds {
+		if !c.ReadOnly {
+			return nil, fmt.Errorf("batch: %s is not read-only", c.String())
+		}
+		if c.Sudo != sudo {
+			return nil, fmt.Errorf("batch: %s differs in sudo from the batch", c.String())
+		}
+		line, err := shell.Join(c.Args...)
+		if err != nil {
+			return nil, fmt.Errorf("batch: %w", err)
+		}
+		// Each command's stderr goes to stdout after its own marker so the
+		// two streams stay attributable without interleaving.
+		fmt.Fprintf(&script, "e=$(mktemp); { %s; } </dev/null 2>\"$e\"; c=$?; printf '\\n%s %d %%d\\n' \"$c\"; cat -- \"$e\"; rm -f -- \"$e\"; printf '\\n%s-err %d\\n'\n", line, marker, i, marker, i)
+	}
+	res, err := r.Run(ctx, Cmd{Args: []string{"sh", "-c", script.String()}, Sudo: sudo, ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	return parseBatch(res.Stdout, marker, len(cmds))
+}
+
+func parseBatch(out []byte, marker string, n int) ([]Result, error) {
+	results := make([]Result, n)
+	rest := out
+	for i := 0; i < n; i++ {
+		head := []byte("\n" + marker + " " + strconv.Itoa(i) + " ")
+		j := bytes.Index(rest, head)
+		if j < 0 {
+			return nil, fmt.Errorf("batch: output of command %d is missing", i)
+		}
+		results[i].Stdout = rest[:j]
+		rest = rest[j+len(head):]
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 {
+			return nil, fmt.Errorf("batch: exit code of command %d is missing", i)
+		}
+		code, err := strconv.Atoi(string(rest[:nl]))
+		if err != nil {
+			return nil, fmt.Errorf("batch: exit code of command %d: %w", i, err)
+		}
+		results[i].ExitCode = code
+		rest = rest[nl+1:]
+		tailMark := []byte("\n" + marker + "-err " + strconv.Itoa(i) + "\n")
+		k := bytes.Index(rest, tailMark)
+		if k < 0 {
+			return nil, fmt.Errorf("batch: stderr of command %d is missing", i)
+		}
+		results[i].Stderr = rest[:k]
+		rest = rest[k+len(tailMark):]
+	}
+	return results, nil
+}

@@ -1,0 +1,120 @@
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// hostKeys verifies host keys against known_hosts files. A missing file is
+// an empty one: the host is then unknown, which is an error like any other.
+type hostKeys struct {
+	files []string
+	cb    ssh.HostKeyCallback
+}
+
+func newHostKeys(files []string) (*hostKeys, error) {
+	var present []string
+	for _, f := range files {
+		if _, err := os.Stat(f); err == nil {
+			present = append(present, f)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("read known_hosts: %w", err)
+		}
+	}
+	hk := &hostKeys{files: files}
+	if len(present) > 0 {
+		cb, err := knownhosts.New(present...)
+		if err != nil {
+			return nil, fmt.Errorf("read known_hosts: %w", err)
+		}
+		hk.cb = cb
+	}
+	return hk, nil
+}
+
+// algorithms returns the host key algorithms known_hosts has for addr, so
+// the server is asked for a key we can verify rather than its favourite one
+// (which would look like a changed key).
+func (hk *hostKeys) algorithms(addr string) []string {
+	if hk.cb == nil {
+		return nil
+	}
+	err := hk.cb(addr, &net.TCPAddr{}, probeKey{})
+	var ke *knownhosts.KeyError
+	if !errors.As(err, &ke) {
+		return nil
+	}
+	var algos []string
+	seen := map[string]bool{}
+	for _, k := range ke.Want {
+		t := k.Key.Type()
+		var list []string
+		switch t {
+		case ssh.KeyAlgoRSA:
+			list = []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+		default:
+			list = []string{t}
+		}
+		for _, a := range list {
+			if !seen[a] {
+				seen[a] = true
+				algos = append(algos, a)
+			}
+		}
+	}
+	return algos
+}
+
+// callback verifies the key for name (the address as dialled).
+func (hk *hostKeys) callback(name string) ssh.HostKeyCallback {
+	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		host := knownhosts.Normalize(name)
+		hkErr := &HostKeyError{Host: host, Addr: name, Fingerprint: ssh.FingerprintSHA256(key), KeyType: key.Type(),
+			KnownHosts: strings.Join(hk.files, ", ")}
+		h, port, _ := net.SplitHostPort(name)
+		portFlag := ""
+		if port != "" && port != "22" {
+			portFlag = " -p " + port
+		}
+		hkErr.Hint = fmt.Sprintf("add it with: ssh-keyscan -t %s%s %s >> %s", keyFileName(key.Type()), portFlag, h, firstOr(hk.files, "~/.ssh/known_hosts"))
+		if hk.cb == nil {
+			return hkErr
+		}
+		err := hk.cb(name, remote, key)
+		if err == nil {
+			return nil
+		}
+		var ke *knownhosts.KeyError
+		if !errors.As(err, &ke) {
+			return err
+		}
+		for _, k := range ke.Want {
+			hkErr.Known = append(hkErr.Known, fmt.Sprintf("%s %s (%s:%d)", k.Key.Type(), ssh.FingerprintSHA256(k.Key), k.Filename, k.Line))
+		}
+		if hkErr.Changed() {
+			hkErr.Hint = fmt.Sprintf("remove the old entry with: ssh-keygen -R %s -f %s", host, ke.Want[0].Filename)
+		}
+		return hkErr
+	}
+}
+
+func firstOr(s []string, def string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return def
+}
+
+// probeKey is a key no known_hosts line matches; checking it makes the
+// callback list the keys it does know.
+type probeKey struct{}
+
+func (probeKey) Type() string                        { return "mgmtctl-probe" }
+func (probeKey) Marshal() []byte                     { return []byte("mgmtctl-probe") }
+func (probeKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe") }

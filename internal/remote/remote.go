@@ -1,0 +1,194 @@
+// Package remote runs commands on hosts over SSH: one connection per host
+// per run, many sessions over it, sudo for non-root users, atomic file
+// writes, a per-host run lock, and a read-only gate that makes check mode
+// unable to mutate a host by accident.
+//
+// Every command is built as argv and turned into shell text by package
+// shell, in one place (Cmd.line).
+package remote
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+
+	"github.com/mgmtctl/mgmtctl/internal/shell"
+)
+
+// Cmd is one remote command.
+type Cmd struct {
+	// Args is the argv; it is quoted by package shell, never spliced.
+	Args []string
+	// Stdin, if set, is fed to the command; secrets travel here, never in
+	// Args (which show up in process lists and logs).
+	Stdin []byte
+	// Sudo runs the command as root (via sudo -n for a non-root user).
+	Sudo bool
+	// ReadOnly declares that the command changes nothing on the host. Only
+	// read-only commands pass the check-mode gate, and only they are retried
+	// after a dropped connection or cancelled mid-flight.
+	ReadOnly bool
+	// OKCodes are exit codes other than 0 that are results, not failures
+	// (for example 1 from grep, or a code a script uses to say "absent").
+	OKCodes []int
+}
+
+// Query returns a read-only command.
+func Query(args ...string) Cmd { return Cmd{Args: args, ReadOnly: true} }
+
+// Command returns a command that may change the host.
+func Command(args ...string) Cmd { return Cmd{Args: args} }
+
+// Script returns a command running a fixed sh script with args as $1...; a
+// script may use only values passed this way.
+func Script(script string, args ...string) Cmd {
+	return Cmd{Args: append([]string{"sh", "-c", script, "sh"}, args...)}
+}
+
+// AsRoot returns c run with sudo.
+func (c Cmd) AsRoot() Cmd { c.Sudo = true; return c }
+
+// AsQuery returns c marked read-only.
+func (c Cmd) AsQuery() Cmd { c.ReadOnly = true; return c }
+
+// WithStdin returns c fed with data.
+func (c Cmd) WithStdin(data []byte) Cmd { c.Stdin = data; return c }
+
+// Allow returns c with more exit codes accepted as results.
+func (c Cmd) Allow(codes ...int) Cmd {
+	c.OKCodes = append(append([]int(nil), c.OKCodes...), codes...)
+	return c
+}
+
+// line renders the command as the shell text sent to the host. A non-root
+// user becomes root with sudo -n, which fails instead of prompting.
+func (c Cmd) line(root bool) (string, error) {
+	args := c.Args
+	if c.Sudo && !root {
+		args = append([]string{"sudo", "-n", "--"}, args...)
+	}
+	return shell.Join(args...)
+}
+
+// String is the command as logs and errors show it (before redaction).
+func (c Cmd) String() string {
+	s, err := shell.Join(c.Args...)
+	if err != nil {
+		return fmt.Sprintf("%q", c.Args)
+	}
+	return s
+}
+
+func (c Cmd) accepts(code int) bool {
+	if code == 0 {
+		return true
+	}
+	for _, ok := range c.OKCodes {
+		if ok == code {
+			return true
+		}
+	}
+	return false
+}
+
+// Result is what a command printed and how it exited.
+type Result struct {
+	Stdout, Stderr []byte
+	ExitCode       int
+}
+
+// Runner runs commands on one host.
+type Runner interface {
+	Run(ctx context.Context, c Cmd) (Result, error)
+}
+
+// Host is a connected machine: it runs commands, reads and writes files,
+// and dials addresses from its side (for the Kubernetes API on the VM).
+type Host interface {
+	Runner
+	Name() string
+	ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error)
+	WriteFile(ctx context.Context, f File) (changed bool, err error)
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// File is a file to be written atomically.
+type File struct {
+	Path    string
+	Content []byte
+	Mode    fs.FileMode
+	// Owner is user:group; empty leaves the owner to the writer (root
+	// with Sudo).
+	Owner string
+	Sudo  bool
+}
+
+// readScript prints the file, or exits 44 when it does not exist, so a
+// missing file is told apart from an unreadable one.
+const readScript = `if [ -e "$1" ]; then exec cat -- "$1"; fi; exit 44`
+
+const exitAbsent = 44
+
+// ReadFile reads path on h with cat; a missing file is fs.ErrNotExist.
+func ReadFile(ctx context.Context, r Runner, host, path string, sudo bool) ([]byte, error) {
+	c := Script(readScript, path).AsQuery().Allow(exitAbsent)
+	c.Sudo = sudo
+	res, err := r.Run(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", path, host, err)
+	}
+	if res.ExitCode == exitAbsent {
+		return nil, fmt.Errorf("read %s on %s: %w", path, host, fs.ErrNotExist)
+	}
+	return res.Stdout, nil
+}
+
+// writeScript replaces $1 atomically with stdin unless it already has the
+// content (sha256 $4), mode ($2) and owner ($3). The temporary file is
+// created by mktemp (mode 0600) next to the target, so the rename is atomic
+// and a secret is never readable by others, even half-written.
+const writeScript = `set -eu
+p=$1 mode=$2 owner=$3 want=$4
+if [ -f "$p" ] && [ "$(sha256sum < "$p" | cut -d' ' -f1)" = "$want" ] && [ "$(stat -c %a -- "$p")" = "$mode" ] &&
+   { [ -z "$owner" ] || [ "$(stat -c %U:%G -- "$p")" = "$owner" ]; }; then
+  cat > /dev/null
+  echo unchanged
+  exit 0
+fi
+d=$(dirname -- "$p")
+mkdir -p -- "$d"
+tmp=$(mktemp "$d/.mgmtctl.XXXXXX")
+trap 'rm -f -- "$tmp"' EXIT
+cat > "$tmp"
+chmod "$mode" "$tmp"
+if [ -n "$owner" ]; then chown "$owner" "$tmp"; fi
+sync -- "$tmp" 2>/dev/null || true
+mv -f -- "$tmp" "$p"
+trap - EXIT
+echo changed`
+
+// WriteFile writes f on r in one round trip, changing nothing when the file
+// already has f's content, mode and owner.
+func WriteFile(ctx context.Context, r Runner, host string, f File) (bool, error) {
+	sum := sha256Hex(f.Content)
+	c := Script(writeScript, f.Path, fmt.Sprintf("%o", f.Mode.Perm()), f.Owner, sum).WithStdin(f.Content)
+	c.Sudo = f.Sudo
+	res, err := r.Run(ctx, c)
+	if err != nil {
+		return false, fmt.Errorf("write %s on %s: %w", f.Path, host, err)
+	}
+	switch out := string(bytes.TrimSpace(res.Stdout)); out {
+	case "changed":
+		return true, nil
+	case "unchanged":
+		return false, nil
+	default:
+		return false, fmt.Errorf("write %s on %s: unexpected output %q", f.Path, host, out)
+	}
+}
+
+// drain reads r to the end, for stdin a command did not consume.
+func drain(r io.Reader) { _, _ = io.Copy(io.Discard, r) }

@@ -1,0 +1,391 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+
+	"github.com/mgmtctl/mgmtctl/internal/redact"
+)
+
+// Target is a host to connect to.
+type Target struct {
+	Name string // how messages and the recap call it, e.g. pv1-1
+	Addr string // host:port
+	User string
+	// KnownHosts are the files that vouch for host keys.
+	KnownHosts []string
+	// Identities are private key files tried after the agent's keys.
+	Identities []string
+	// LockPath overrides the run lock's path (tests); empty is LockPath.
+	LockPath string
+}
+
+// Retry bounds reconnection attempts for transient errors.
+type Retry struct {
+	Attempts int
+	// Backoff returns the pause before attempt n (n >= 1); nil means
+	// exponential from 500ms, capped at 8s.
+	Backoff func(n int) time.Duration
+}
+
+func (r Retry) pause(n int) time.Duration {
+	if r.Backoff != nil {
+		return r.Backoff(n)
+	}
+	return min(500*time.Millisecond<<(n-1), 8*time.Second)
+}
+
+// Dialer opens SSH connections. Its zero value is not usable; fill it.
+type Dialer struct {
+	// AgentSocket is $SSH_AUTH_SOCK, or empty for no agent.
+	AgentSocket string
+	Retry       Retry
+	Log         *slog.Logger
+	Redactor    *redact.Redactor
+	// Timeout bounds one TCP connect plus handshake.
+	Timeout time.Duration
+}
+
+// Conn is one SSH connection to a host; it runs many sessions and
+// reconnects when the connection drops between commands.
+type Conn struct {
+	d      *Dialer
+	t      Target
+	mu     sync.Mutex
+	client *ssh.Client
+	hk     *hostKeys
+}
+
+var _ Host = (*Conn)(nil)
+
+// Connect dials t, verifying its host key and retrying transient errors.
+func (d *Dialer) Connect(ctx context.Context, t Target) (*Conn, error) {
+	hk, err := newHostKeys(t.KnownHosts)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{d: d, t: t, hk: hk}
+	if err := c.reconnect(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Name implements Host.
+func (c *Conn) Name() string { return c.t.Name }
+
+// User is the login user.
+func (c *Conn) User() string { return c.t.User }
+
+func (c *Conn) log() *slog.Logger {
+	if c.d.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.d.Log
+}
+
+func (c *Conn) auth() ([]ssh.AuthMethod, func(), error) {
+	var signers []ssh.Signer
+	closer := func() {}
+	if c.d.AgentSocket != "" {
+		if sock, err := net.Dial("unix", c.d.AgentSocket); err == nil {
+			closer = func() { sock.Close() }
+			if s, err := agent.NewClient(sock).Signers(); err == nil {
+				signers = append(signers, s...)
+			}
+		} else {
+			c.log().Debug("ssh-agent unavailable", "socket", c.d.AgentSocket, "err", err)
+		}
+	}
+	for _, f := range c.t.Identities {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s, err := ssh.ParsePrivateKey(pem)
+		var pp *ssh.PassphraseMissingError
+		if errors.As(err, &pp) {
+			c.log().Info("skipping passphrase-protected key; add it to ssh-agent", "file", f)
+			continue
+		}
+		if err != nil {
+			return nil, closer, fmt.Errorf("read private key %s: %w", f, err)
+		}
+		signers = append(signers, s)
+	}
+	if len(signers) == 0 {
+		return nil, closer, fmt.Errorf("no SSH key to log in with: no ssh-agent keys and none of %s", strings.Join(c.t.Identities, ", "))
+	}
+	return []ssh.AuthMethod{ssh.PublicKeys(signers...)}, closer, nil
+}
+
+// transient reports whether a connection error may go away on its own.
+func transient(err error) bool {
+	var hk *HostKeyError
+	if errors.As(err, &hk) {
+		return false
+	}
+	if strings.Contains(err.Error(), "unable to authenticate") {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, io.EOF) ||
+		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "handshake failed: EOF")
+}
+
+func (c *Conn) reconnect(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client != nil {
+		c.client.Close()
+		c.client = nil
+	}
+	attempts := max(c.d.Retry.Attempts, 1)
+	var err error
+	for n := 1; n <= attempts; n++ {
+		if n > 1 {
+			select {
+			case <-ctx.Done():
+				return &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: n - 1, Err: ctx.Err()}
+			case <-time.After(c.d.Retry.pause(n - 1)):
+			}
+		}
+		var client *ssh.Client
+		client, err = c.dial(ctx)
+		if err == nil {
+			c.client = client
+			return nil
+		}
+		c.log().Debug("ssh connect failed", "host", c.t.Name, "addr", c.t.Addr, "attempt", n, "err", err)
+		var hk *HostKeyError
+		if errors.As(err, &hk) {
+			return hk
+		}
+		if !transient(err) {
+			return &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: n, Err: err}
+		}
+	}
+	return &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: attempts, Err: err}
+}
+
+func (c *Conn) dial(ctx context.Context) (*ssh.Client, error) {
+	auth, closeAgent, err := c.auth()
+	defer closeAgent()
+	if err != nil {
+		return nil, err
+	}
+	timeout := c.d.Timeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	cfg := &ssh.ClientConfig{
+		User:              c.t.User,
+		Auth:              auth,
+		HostKeyCallback:   c.hk.callback(c.t.Addr),
+		HostKeyAlgorithms: c.hk.algorithms(c.t.Addr),
+		Timeout:           timeout,
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nc, err := (&net.Dialer{KeepAlive: 15 * time.Second}).DialContext(dctx, "tcp", c.t.Addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	sc, chans, reqs, err := ssh.NewClientConn(nc, c.t.Addr, cfg)
+	if err != nil {
+		nc.Close()
+		var hk *HostKeyError
+		if errors.As(err, &hk) {
+			return nil, hk
+		}
+		if strings.Contains(err.Error(), "unable to authenticate") {
+			return nil, fmt.Errorf("log in as %s: no offered key was accepted (%w)", c.t.User, err)
+		}
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return ssh.NewClient(sc, chans, reqs), nil
+}
+
+func (c *Conn) current() *ssh.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.client
+}
+
+// Close ends the connection.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client == nil {
+		return nil
+	}
+	err := c.client.Close()
+	c.client = nil
+	return err
+}
+
+// session opens a session, reconnecting once if the connection has dropped
+// (nothing has run yet, so this is always safe).
+func (c *Conn) session(ctx context.Context) (*ssh.Session, error) {
+	if cl := c.current(); cl != nil {
+		if s, err := cl.NewSession(); err == nil {
+			return s, nil
+		} else {
+			c.log().Debug("ssh session failed; reconnecting", "host", c.t.Name, "err", err)
+		}
+	}
+	if err := c.reconnect(ctx); err != nil {
+		return nil, err
+	}
+	return c.current().NewSession()
+}
+
+// Run implements Runner. A read-only command is killed when ctx ends and
+// retried once after a dropped connection; a mutating one runs to its end
+// regardless of ctx, so an interrupt never leaves it half-done.
+func (c *Conn) Run(ctx context.Context, cmd Cmd) (Result, error) {
+	res, err := c.run(ctx, cmd)
+	var lost *lostError
+	if errors.As(err, &lost) && cmd.ReadOnly && ctx.Err() == nil {
+		c.log().Debug("connection lost during a read-only command; retrying", "host", c.t.Name, "cmd", c.redact(cmd.String()))
+		if rerr := c.reconnect(ctx); rerr != nil {
+			return res, rerr
+		}
+		res, err = c.run(ctx, cmd)
+	}
+	if errors.As(err, &lost) {
+		return res, &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: 1, Err: fmt.Errorf("connection lost while running %s: %w", c.redact(cmd.String()), lost.err)}
+	}
+	return res, err
+}
+
+// lostError is a connection that dropped while a command ran.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return e.err.Error() }
+
+func (c *Conn) redact(s string) string { return c.d.Redactor.String(s) }
+
+// watchdogScript runs "$@" with a watchdog that kills the session's whole
+// process group when stdin closes. sshd makes each session its own process
+// group; OpenSSH refuses signal requests for root logins ("session
+// signalling requires privilege separation"), so closing stdin is how a
+// cancelled read-only command is stopped on every host. After a normal exit
+// the watchdog lingers only until sshd closes the channel.
+const watchdogScript = `exec 3<&0 </dev/null
+{ cat <&3 >/dev/null; kill -TERM 0; } >/dev/null 2>&1 &
+"$@"`
+
+func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
+	watched := cmd.ReadOnly && cmd.Stdin == nil
+	sent := cmd
+	if watched {
+		sent.Args = append([]string{"sh", "-c", watchdogScript, "sh"}, cmd.Args...)
+	}
+	line, err := sent.line(c.t.User == "root")
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s on %s: %w", c.redact(cmd.String()), c.t.Name, err)
+	}
+	if !cmd.ReadOnly {
+		ctx = context.WithoutCancel(ctx)
+	}
+	start := time.Now()
+	s, err := c.session(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.Close()
+	var stdout, stderr bytes.Buffer
+	s.Stdout, s.Stderr = &stdout, &stderr
+	var keepOpen io.WriteCloser
+	switch {
+	case watched:
+		if keepOpen, err = s.StdinPipe(); err != nil {
+			return Result{}, &lostError{err}
+		}
+	case cmd.Stdin != nil:
+		s.Stdin = bytes.NewReader(cmd.Stdin)
+	}
+	if err := s.Start(line); err != nil {
+		return Result{}, &lostError{err}
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		if keepOpen != nil {
+			keepOpen.Close() // the watchdog kills the command's session
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			s.Close()
+		}
+		return Result{}, fmt.Errorf("run %s on %s: %w", c.redact(cmd.String()), c.t.Name, ctx.Err())
+	}
+	if keepOpen != nil {
+		keepOpen.Close()
+	}
+	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	var ee *ssh.ExitError
+	var missing *ssh.ExitMissingError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode = ee.ExitStatus()
+	case errors.As(err, &missing), errors.Is(err, io.EOF):
+		return res, &lostError{err}
+	default:
+		return res, &lostError{err}
+	}
+	c.log().Debug("ran", "host", c.t.Name, "cmd", c.redact(cmd.String()), "sudo", cmd.Sudo, "exit", res.ExitCode,
+		"ms", time.Since(start).Milliseconds(), "stderr", c.redact(tail(string(res.Stderr), 5)))
+	if !cmd.accepts(res.ExitCode) {
+		msg := tail(string(res.Stderr), 3)
+		if cmd.Sudo && strings.Contains(msg, "sudo: a password is required") {
+			msg += fmt.Sprintf(" (user %s needs passwordless sudo)", c.t.User)
+		}
+		return res, &ExitError{Host: c.t.Name, Cmd: c.redact(cmd.String()), Code: res.ExitCode, Stderr: c.redact(msg)}
+	}
+	return res, nil
+}
+
+// ReadFile implements Host.
+func (c *Conn) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error) {
+	return ReadFile(ctx, c, c.t.Name, path, sudo)
+}
+
+// WriteFile implements Host.
+func (c *Conn) WriteFile(ctx context.Context, f File) (bool, error) {
+	return WriteFile(ctx, c, c.t.Name, f)
+}
+
+// DialContext implements Host: it opens a TCP connection from the host's
+// side, so a remote port need not be reachable from the laptop.
+func (c *Conn) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	cl := c.current()
+	if cl == nil {
+		if err := c.reconnect(ctx); err != nil {
+			return nil, err
+		}
+		cl = c.current()
+	}
+	return cl.DialContext(ctx, network, addr)
+}

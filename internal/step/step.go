@@ -1,0 +1,134 @@
+// Package step is the vocabulary of convergence: a Step observes the actual
+// state, returns a Plan (the difference from the desired state, as a value)
+// and applies exactly that plan. Phases group steps and are the tags a user
+// selects with --tags.
+package step
+
+import (
+	"context"
+	"fmt"
+)
+
+// Outcome is how a step ended.
+type Outcome int
+
+// Outcomes, as counted in the recap.
+const (
+	OK Outcome = iota
+	Changed
+	Skipped
+	Failed
+)
+
+var outcomeNames = [...]string{OK: "ok", Changed: "changed", Skipped: "skipped", Failed: "failed"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// MarshalText makes outcomes render as their names in JSON.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Action is what a change does to its target.
+type Action int
+
+// Actions a change can take.
+const (
+	Create Action = iota
+	Update
+	Delete
+	Run // an operation with effects but no object, e.g. a restart or a start
+)
+
+var actionNames = [...]string{Create: "create", Update: "update", Delete: "delete", Run: "run"}
+
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// MarshalText makes actions render as their names in JSON.
+func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// Diff is the before and after of a file or manifest, for --diff.
+type Diff struct {
+	Path   string `json:"path"`
+	Before string `json:"before"`
+	After  string `json:"after"`
+}
+
+// Change is one difference a step found and would remove.
+type Change struct {
+	Target  string `json:"target"`
+	Action  Action `json:"action"`
+	Summary string `json:"summary"`
+	Diff    *Diff  `json:"diff,omitempty"`
+}
+
+// Plan is what a step's Check found: nothing to do, a reason to skip, or
+// changes to make. It is a value: it can be shown, then applied.
+type Plan struct {
+	Changes []Change
+	// Skip, when set, says why the step does not apply in this run.
+	Skip string
+	// Notify names handlers of the step's phase to run once, at the end of
+	// the phase, if this plan is applied (or, in check mode, would be).
+	Notify []string
+	// Warnings are drift or advice the step reports but leaves alone.
+	Warnings []string
+	// Note is a one-line account of the observed state, shown when the
+	// step is ok or skipped.
+	Note string
+}
+
+// Empty reports whether the plan changes nothing.
+func (p Plan) Empty() bool { return len(p.Changes) == 0 }
+
+// Step is one idempotent unit of convergence.
+//
+// Check must not mutate anything: in a normal run it is handed read-only
+// access, and in check mode Apply is never called. Apply carries out exactly
+// the plan Check returned.
+type Step interface {
+	// ID is stable kebab-case, unique within its phase; it is what logs,
+	// JSON events and tests refer to.
+	ID() string
+	// Host names the machine the step acts on, for the recap.
+	Host() string
+	Check(ctx context.Context) (Plan, error)
+	Apply(ctx context.Context, p Plan) error
+}
+
+// Tag names a phase; --tags and --skip-tags select phases by tag.
+type Tag string
+
+// The phases, in the order a run takes them.
+const (
+	TagVM         Tag = "vm"
+	TagK3s        Tag = "k3s"
+	TagAddons     Tag = "addons"
+	TagCAPI       Tag = "capi"
+	TagKubeconfig Tag = "kubeconfig"
+	TagInspector  Tag = "inspector"
+)
+
+// Tags lists every phase tag in run order.
+var Tags = []Tag{TagVM, TagK3s, TagAddons, TagCAPI, TagKubeconfig, TagInspector}
+
+// Phase is an ordered group of steps with its handlers.
+type Phase struct {
+	Tag Tag
+	// Prepare, if set, runs before the first step when the phase is
+	// selected: it connects, takes locks and gathers the facts the steps
+	// decide from. It is reported as the phase's "gather-facts" step.
+	Prepare func(ctx context.Context) (host string, err error)
+	Steps   []Step
+	// Handlers run once at the end of the phase, in this order, when a
+	// step's applied plan notified them by ID.
+	Handlers []Step
+}

@@ -1,0 +1,138 @@
+// Package steptest has small hand-written steps over an in-memory world, for
+// testing the engine, the views and the CLI without a lab.
+package steptest
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// World is the state fake steps observe and change. Applied records every
+// mutation in order, so a test can assert that check mode made none.
+type World struct {
+	mu      sync.Mutex
+	Files   map[string]string
+	Applied []string
+}
+
+// NewWorld returns an empty world.
+func NewWorld() *World { return &World{Files: map[string]string{}} }
+
+func (w *World) get(path string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.Files[path]
+	return v, ok
+}
+
+func (w *World) record(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.Applied = append(w.Applied, s)
+}
+
+// Mutations returns a copy of what was applied so far.
+func (w *World) Mutations() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.Applied...)
+}
+
+// File converges one file of the world to Content.
+type File struct {
+	StepID, HostName string
+	Path, Content    string
+	W                *World
+	Notify           []string
+	// ApplyErr makes Apply fail (after the check found a change).
+	ApplyErr error
+	// CheckErr makes Check fail.
+	CheckErr error
+	// Skip makes Check skip with this reason.
+	Skip string
+}
+
+var _ step.Step = (*File)(nil)
+
+// ID implements step.Step.
+func (f *File) ID() string { return f.StepID }
+
+// Host implements step.Step.
+func (f *File) Host() string { return f.HostName }
+
+// Check implements step.Step.
+func (f *File) Check(ctx context.Context) (step.Plan, error) {
+	if f.CheckErr != nil {
+		return step.Plan{}, f.CheckErr
+	}
+	if f.Skip != "" {
+		return step.Plan{Skip: f.Skip}, nil
+	}
+	cur, ok := f.W.get(f.Path)
+	if ok && cur == f.Content {
+		return step.Plan{Note: f.Path + " up to date"}, nil
+	}
+	action, summary := step.Update, "update "+f.Path
+	if !ok {
+		action, summary = step.Create, "create "+f.Path
+	}
+	return step.Plan{
+		Changes: []step.Change{{Target: f.Path, Action: action, Summary: summary,
+			Diff: &step.Diff{Path: f.Path, Before: cur, After: f.Content}}},
+		Notify: f.Notify,
+	}, nil
+}
+
+// Apply implements step.Step.
+func (f *File) Apply(ctx context.Context, p step.Plan) error {
+	if f.ApplyErr != nil {
+		return f.ApplyErr
+	}
+	f.W.mu.Lock()
+	f.W.Files[f.Path] = f.Content
+	f.W.mu.Unlock()
+	f.W.record("write " + f.Path)
+	return nil
+}
+
+// Action is a handler-like step that always has one thing to run.
+type Action struct {
+	StepID, HostName string
+	W                *World
+	// Progress messages are reported before Apply returns.
+	Progress []string
+	// Block, if set, is waited on in Apply (or until ctx is done), to
+	// hold a run mid-step.
+	Block <-chan struct{}
+}
+
+var _ step.Step = (*Action)(nil)
+
+// ID implements step.Step.
+func (a *Action) ID() string { return a.StepID }
+
+// Host implements step.Step.
+func (a *Action) Host() string { return a.HostName }
+
+// Check implements step.Step.
+func (a *Action) Check(ctx context.Context) (step.Plan, error) {
+	return step.Plan{Changes: []step.Change{{Target: a.StepID, Action: step.Run, Summary: "run " + a.StepID}}}, nil
+}
+
+// Apply implements step.Step.
+func (a *Action) Apply(ctx context.Context, p step.Plan) error {
+	for _, m := range a.Progress {
+		step.Progress(ctx, m)
+	}
+	if a.Block != nil {
+		select {
+		case <-a.Block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	a.W.record("run " + a.StepID)
+	return nil
+}
