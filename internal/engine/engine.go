@@ -113,6 +113,11 @@ func Run(ctx context.Context, phases []step.Phase, opts Options, l Listener) (*R
 			break
 		}
 	}
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrInterrupted) {
+		// The step in flight gave up because of the interrupt (a wait
+		// was cancelled): that is an interruption, not a failure.
+		err = fmt.Errorf("%w: %w", ErrInterrupted, err)
+	}
 	r.emit(Event{Kind: RunEnd, Recap: r.recap, Interrupted: errors.Is(err, ErrInterrupted)})
 	return &Result{Recap: r.recap, Pending: r.recap.Total.Changed}, err
 }

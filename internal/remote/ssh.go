@@ -183,14 +183,21 @@ func (c *Conn) reconnect(ctx context.Context) error {
 }
 
 func (c *Conn) dial(ctx context.Context) (*ssh.Client, error) {
-	auth, closeAgent, err := c.auth()
-	defer closeAgent()
-	if err != nil {
-		return nil, err
-	}
 	timeout := c.d.Timeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nc, err := (&net.Dialer{KeepAlive: 15 * time.Second}).DialContext(dctx, "tcp", c.t.Addr)
+	if err != nil {
+		return nil, err
+	}
+	auth, closeAgent, err := c.auth()
+	defer closeAgent()
+	if err != nil {
+		nc.Close()
+		return nil, err
 	}
 	cfg := &ssh.ClientConfig{
 		User:              c.t.User,
@@ -198,12 +205,6 @@ func (c *Conn) dial(ctx context.Context) (*ssh.Client, error) {
 		HostKeyCallback:   c.hk.callback(c.t.Addr),
 		HostKeyAlgorithms: c.hk.algorithms(c.t.Addr),
 		Timeout:           timeout,
-	}
-	dctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	nc, err := (&net.Dialer{KeepAlive: 15 * time.Second}).DialContext(dctx, "tcp", c.t.Addr)
-	if err != nil {
-		return nil, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(timeout))
 	sc, chans, reqs, err := ssh.NewClientConn(nc, c.t.Addr, cfg)

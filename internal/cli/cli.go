@@ -1,0 +1,403 @@
+// Package cli is mgmtctl's command line: it parses flags, loads the config,
+// builds the run's views and phases, and maps the outcome to an exit code.
+// It is the only package that knows about streams and exit codes; it gets
+// both injected, so every command runs in-process in tests.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/engine"
+	"github.com/mgmtctl/mgmtctl/internal/phase"
+	"github.com/mgmtctl/mgmtctl/internal/redact"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/runlog"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/ui"
+)
+
+// Options are everything the CLI takes from its process.
+type Options struct {
+	In       io.Reader
+	Out, Err io.Writer
+	// Terminal says Out is a TTY (for the spinner).
+	Terminal bool
+	Getenv   func(string) string
+	Home     string
+	CacheDir string
+	Hostname string
+	Pid      int
+	Now      func() time.Time
+	Version  string
+	// Phases builds the phases of a run; nil means phase.Build.
+	Phases func(*phase.Session) []step.Phase
+}
+
+// global holds the flags every command shares.
+type global struct {
+	config, secrets, output string
+	verbose                 bool
+}
+
+// Execute runs the command line args (without the program name) and
+// returns the process exit code.
+func Execute(ctx context.Context, args []string, o Options) int {
+	if o.Getenv == nil {
+		o.Getenv = func(string) string { return "" }
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Phases == nil {
+		o.Phases = phase.Build
+	}
+	g := &global{}
+	root := newRoot(ctx, g, &o)
+	root.SetArgs(args)
+	root.SetIn(o.In)
+	root.SetOut(o.Out)
+	root.SetErr(o.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var code exitError
+	if errors.As(err, &code) {
+		return int(code)
+	}
+	// Cobra's own errors (unknown flag, bad argument count) are usage.
+	if !isReported(err) {
+		fmt.Fprintf(o.Err, "error: %v\n", err)
+	}
+	return exitCode(err)
+}
+
+// noArgs rejects positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usageError{fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())}
+		}
+		return usageError{fmt.Errorf("%s takes no arguments (got %q)", cmd.CommandPath(), args)}
+	}
+	return nil
+}
+
+// exitError carries an exit code from a command that already printed its
+// outcome.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// reported wraps an error the command already printed.
+type reported struct{ error }
+
+func (r reported) Unwrap() error { return r.error }
+
+func isReported(err error) bool {
+	var r reported
+	return errors.As(err, &r)
+}
+
+func newRoot(ctx context.Context, g *global, o *Options) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "mgmtctl",
+		Short: "Build a Cluster API management cluster on Proxmox VE, idempotently",
+		Long: `mgmtctl converges a Cluster API management cluster on one Proxmox VE node:
+a VM from the pinned Ubuntu cloud image, k3s, cert-manager, cluster-api-operator,
+the five providers, and kubeconfigs on this laptop. A second run changes nothing.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVarP(&g.config, "config", "c", "mgmt.yaml", "config file")
+	root.PersistentFlags().StringVar(&g.secrets, "secrets", "", "secrets file (default: secrets.yaml beside the config)")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
+	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "print more detail")
+	root.AddCommand(
+		newInit(g, o),
+		newValidate(g, o),
+		newApply(g, o, false),
+		newApply(g, o, true),
+		newStatus(g, o),
+		newKubeconfig(g, o),
+		newVersion(o),
+	)
+	return root
+}
+
+func (g *global) validateOutput() error {
+	if g.output != "text" && g.output != "json" {
+		return usageError{fmt.Errorf("--output must be text or json (got %q)", g.output)}
+	}
+	return nil
+}
+
+// load reads and validates the config, printing every problem.
+func (g *global) load(o *Options) (*config.Loaded, error) {
+	l, err := config.Load(g.config, g.secrets, config.Env{Home: o.Home, Getenv: o.Getenv})
+	if err != nil {
+		return nil, printConfigErrors(o, err)
+	}
+	return l, nil
+}
+
+func printConfigErrors(o *Options, err error) error {
+	var errs config.Errors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			fmt.Fprintln(o.Err, e.Error())
+		}
+		fmt.Fprintf(o.Err, "%d problem(s) found; nothing was changed\n", len(errs))
+		return reported{err}
+	}
+	return err
+}
+
+func newInit(g *global, o *Options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "init",
+		Short: "Write a commented mgmt.yaml and secrets.yaml.example (never overwrites)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := config.Init(g.config, config.Env{Home: o.Home, Getenv: o.Getenv})
+			if err != nil {
+				return err
+			}
+			for _, f := range files {
+				if f.Written {
+					fmt.Fprintf(o.Out, "wrote %s\n", f.Path)
+				} else {
+					fmt.Fprintf(o.Out, "kept %s (exists; not overwritten)\n", f.Path)
+				}
+			}
+			// Say now what validate would say, so the first edit is the
+			// right one (typically: no SSH key at the default path yet).
+			_, err = config.Load(g.config, g.secrets, config.Env{Home: o.Home, Getenv: o.Getenv})
+			var errs config.Errors
+			if errors.As(err, &errs) {
+				for _, e := range errs {
+					fmt.Fprintf(o.Out, "note: %s: %s\n", e.Path, e.Msg)
+				}
+			}
+			fmt.Fprintf(o.Out, "next: edit the values marked \"site\", copy secrets.yaml.example to secrets.yaml (chmod 600), then run: mgmtctl validate -c %s\n", g.config)
+			return nil
+		},
+	}
+}
+
+func newValidate(g *global, o *Options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate",
+		Short: "Check the config and secrets; opens no connection",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.validateOutput(); err != nil {
+				return err
+			}
+			l, err := g.load(o)
+			if err != nil {
+				return err
+			}
+			src := l.SecretSource
+			if src == "" {
+				src = "not set (the capi phase needs it: " + l.SecretsPath + " or " + config.SecretEnv + ")"
+			}
+			if g.output == "json" {
+				fmt.Fprintf(o.Out, "{\"valid\":true,\"config\":%q,\"tokenSecret\":%q}\n", l.Path, src)
+				return nil
+			}
+			fmt.Fprintf(o.Out, "%s: valid\n", l.Path)
+			fmt.Fprintf(o.Out, "token secret: %s\n", src)
+			return nil
+		},
+	}
+}
+
+type applyFlags struct {
+	tags, skipTags []string
+	check, diff    bool
+	detailed       bool
+}
+
+func parseTags(names []string) []step.Tag {
+	var out []step.Tag
+	for _, n := range names {
+		for _, p := range strings.Split(n, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, step.Tag(p))
+			}
+		}
+	}
+	return out
+}
+
+func newApply(g *global, o *Options, plan bool) *cobra.Command {
+	f := &applyFlags{}
+	cmd := &cobra.Command{
+		Use:   "apply",
+		Short: "Converge the management cluster, phase by phase",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if plan {
+				f.check, f.diff = true, true
+			}
+			return runApply(cmd.Context(), g, o, f)
+		},
+	}
+	if plan {
+		cmd.Use, cmd.Short = "plan", "Show what apply would change (apply --check --diff)"
+	}
+	tags := make([]string, len(step.Tags))
+	for i, t := range step.Tags {
+		tags[i] = string(t)
+	}
+	cmd.Flags().StringSliceVar(&f.tags, "tags", nil, "run only these phases ("+strings.Join(tags, ",")+")")
+	cmd.Flags().StringSliceVar(&f.skipTags, "skip-tags", nil, "skip these phases")
+	cmd.Flags().BoolVar(&f.detailed, "detailed-exitcode", false, "exit 3 when changes were made or are pending")
+	if !plan {
+		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
+		cmd.Flags().BoolVar(&f.diff, "diff", false, "show unified diffs of files and manifests (secrets redacted)")
+	}
+	return cmd
+}
+
+func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
+	if err := g.validateOutput(); err != nil {
+		return err
+	}
+	l, err := g.load(o)
+	if err != nil {
+		return err
+	}
+	var x redact.Redactor
+	x.Add(l.Secrets.Proxmox.TokenSecret)
+
+	s := &phase.Session{Config: l, Check: f.check, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	all := o.Phases(s)
+	selected, err := engine.SelectPhases(all, parseTags(f.tags), parseTags(f.skipTags))
+	if err != nil {
+		return usageError{err}
+	}
+	for _, p := range selected {
+		if p.Tag == step.TagCAPI {
+			if err := l.RequireSecret(); err != nil {
+				return printConfigErrors(o, err)
+			}
+		}
+	}
+
+	log, err := runlog.Open(runlog.Dir(o.CacheDir), l.Cluster.Metadata.Name, &x, o.Now())
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	s.Log = log.Logger
+	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: &x,
+		Retry: remote.Retry{Attempts: 4}}
+	defer s.Close()
+
+	var view engine.Listener
+	if g.output == "json" {
+		view = ui.NewJSON(o.Out, &x, f.diff)
+	} else {
+		view = ui.NewText(o.Out, ui.TextOptions{Diff: f.diff, Verbose: g.verbose, Terminal: o.Terminal, Redactor: &x, LogPath: log.Path})
+	}
+	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now}, engine.Listeners{log, view})
+	if err != nil {
+		if g.output == "json" {
+			fmt.Fprintf(o.Err, "error: %s\ndebug log: %s\n", x.String(err.Error()), log.Path)
+		} else {
+			fmt.Fprintf(o.Err, "error: %s\n%s", x.String(err.Error()), nextHint(err))
+		}
+		return reported{err}
+	}
+	if f.detailed && res.Pending > 0 {
+		return exitError(ExitChanges)
+	}
+	return nil
+}
+
+// nextHint says what to run or check after a failure, by error class.
+func nextHint(err error) string {
+	var hk *remote.HostKeyError
+	var locked *remote.LockedError
+	var unreachable *remote.UnreachableError
+	switch {
+	case errors.As(err, &hk):
+		return "next: verify the host key as described above; mgmtctl never skips host key checks\n"
+	case errors.As(err, &locked):
+		return "next: wait for the other run to finish, then run mgmtctl again\n"
+	case errors.As(err, &unreachable):
+		return fmt.Sprintf("next: check that %s answers SSH (ssh %s), then run mgmtctl again\n", unreachable.Addr, unreachable.Addr)
+	case errors.Is(err, engine.ErrInterrupted):
+		return "next: run the same command again; it continues where this run stopped\n"
+	}
+	return ""
+}
+
+func newStatus(g *global, o *Options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Report whether the cluster is healthy and as configured (read-only)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := g.load(o); err != nil {
+				return err
+			}
+			return errors.New("status is not implemented in this version of mgmtctl")
+		},
+	}
+}
+
+func newKubeconfig(g *global, o *Options) *cobra.Command {
+	var merge bool
+	cmd := &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Print the admin kubeconfig path, or merge its context into $KUBECONFIG",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := g.load(o)
+			if err != nil {
+				return err
+			}
+			if merge {
+				return errors.New("kubeconfig --merge is not implemented in this version of mgmtctl")
+			}
+			p := l.KubeconfigPath()
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("no kubeconfig at %s yet: run mgmtctl apply (phase kubeconfig) first", p)
+			}
+			fmt.Fprintln(o.Out, filepath.Clean(p))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&merge, "merge", false, "merge the context into $KUBECONFIG (or ~/.kube/config) without switching to it")
+	return cmd
+}
+
+func newVersion(o *Options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print mgmtctl's version and the versions it pins by default",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(o.Out, "mgmtctl %s\n", o.Version)
+			fmt.Fprintf(o.Out, "default pins: k3s %s, cert-manager %s, cluster-api-operator %s, cluster-api %s, CAPMOX %s, IPAM in-cluster %s\n",
+				config.DefaultK3sVersion, config.DefaultCertManager, config.DefaultOperator, config.DefaultCAPIVersion, config.DefaultCAPMOXVersion, config.DefaultIPAMVersion)
+			return nil
+		},
+	}
+}
