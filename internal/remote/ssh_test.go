@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -427,5 +429,47 @@ func TestRedactedErrors(t *testing.T) {
 	_, err = c.Run(context.Background(), remote.Command("sh", "-c", "echo \"bad token $0\" >&2; exit 1", secret))
 	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), redact.Mask) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestAgentAuth logs in with a key held only by a real ssh-agent.
+func TestAgentAuth(t *testing.T) {
+	s := sshtest.Start(t)
+	agentBin, err := exec.LookPath("ssh-agent")
+	if err != nil {
+		t.Skip("ssh-agent not installed (openssh-client)")
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	agent := exec.Command(agentBin, "-D", "-a", sock)
+	stdout, err := agent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { agent.Process.Kill(); agent.Wait() }()
+	// The agent prints its environment lines once its socket listens.
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatalf("ssh-agent did not start: %v", err)
+	}
+	add := exec.Command("ssh-add", s.ClientKey)
+	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v %s", err, out)
+	}
+	tg := target(s)
+	tg.Identities = nil
+	d := dialer()
+	d.AgentSocket = sock
+	c, err := d.Connect(context.Background(), tg)
+	if err != nil {
+		t.Fatalf("agent login: %v", err)
+	}
+	c.Close()
+	tg.Identities = nil
+	d.AgentSocket = ""
+	if _, err := d.Connect(context.Background(), tg); err == nil || !strings.Contains(err.Error(), "no SSH key to log in with") {
+		t.Errorf("without agent or keys: %v", err)
 	}
 }
