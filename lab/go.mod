@@ -1,0 +1,3 @@
+module github.com/mgmtctl/mgmtctl/lab
+
+go 1.26.8

@@ -1,0 +1,150 @@
+// Package netns builds the lab's network: one namespace per host, each with
+// a veth into a bridge that lives in a namespace of its own, addresses in
+// 192.0.2.0/24 (TEST-NET-1) and no route out of the lab. It drives iproute2,
+// the same tool an operator would use, so `ip netns` shows the lab as is.
+package netns
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// Subnet is the lab's only network.
+const (
+	Subnet  = "192.0.2.0/24"
+	Gateway = "192.0.2.1"
+	Prefix  = 24
+)
+
+// Net is one lab's network, named by a short prefix unique to the lab.
+type Net struct {
+	Prefix string // e.g. "ml3fa2c1"; namespaces are <prefix>-<host>
+}
+
+func run(args ...string) (string, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// NS is the namespace name of a host ("net" is the bridge's).
+func (n Net) NS(host string) string { return n.Prefix + "-" + host }
+
+// Bridge creates the bridge namespace with the gateway address. The bridge
+// namespace has no other interface, so nothing leaves the lab.
+func (n Net) Bridge() error {
+	ns := n.NS("net")
+	steps := [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+		{"ip", "-n", ns, "link", "add", "br0", "type", "bridge"},
+		{"ip", "-n", ns, "addr", "add", Gateway + "/" + strconv.Itoa(Prefix), "dev", "br0"},
+		{"ip", "-n", ns, "link", "set", "br0", "up"},
+	}
+	for _, s := range steps {
+		if _, err := run(s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddHost creates host's namespace with eth0 at addr/24, plugged into the
+// bridge, default route via the gateway (which routes nowhere).
+func (n Net) AddHost(host, addr, ifTag string) error {
+	ns, br := n.NS(host), n.NS("net")
+	peer := "v-" + ifTag
+	tmp := n.Prefix + ifTag // a short, unique name in the root namespace while moving
+	if len(tmp) > 15 {
+		tmp = tmp[:15]
+	}
+	steps := [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+		{"ip", "link", "add", tmp, "type", "veth", "peer", "name", peer, "netns", br},
+		{"ip", "link", "set", tmp, "netns", ns},
+		{"ip", "-n", ns, "link", "set", tmp, "name", "eth0"},
+		{"ip", "-n", ns, "addr", "add", addr + "/" + strconv.Itoa(Prefix), "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "route", "add", "default", "via", Gateway},
+		{"ip", "-n", br, "link", "set", peer, "master", "br0"},
+		{"ip", "-n", br, "link", "set", peer, "up"},
+	}
+	for _, s := range steps {
+		if _, err := run(s...); err != nil {
+			return fmt.Errorf("add host %s: %w", host, err)
+		}
+	}
+	return nil
+}
+
+// RemoveHost kills every process in host's namespace and deletes it (its
+// veth goes with it). A namespace that is already gone is not an error.
+func (n Net) RemoveHost(host string) error {
+	return remove(n.NS(host))
+}
+
+func remove(ns string) error {
+	if !exists(ns) {
+		return nil
+	}
+	KillAll(ns)
+	_, err := run("ip", "netns", "delete", ns)
+	return err
+}
+
+// KillAll kills every process in the namespace.
+func KillAll(ns string) {
+	out, _ := run("ip", "netns", "pids", ns)
+	for _, f := range strings.Fields(out) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = exec.Command("kill", "-KILL", strconv.Itoa(pid)).Run()
+		}
+	}
+}
+
+func exists(ns string) bool {
+	out, _ := run("ip", "netns", "list")
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// List returns the lab's namespaces that exist now.
+func (n Net) List() []string {
+	out, _ := run("ip", "netns", "list")
+	var names []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], n.Prefix+"-") {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+// Destroy removes every namespace of the lab, hosts first.
+func (n Net) Destroy() error {
+	var firstErr error
+	for _, ns := range n.List() {
+		if ns == n.NS("net") {
+			continue
+		}
+		if err := remove(ns); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if err := remove(n.NS("net")); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return firstErr
+}
