@@ -14,7 +14,7 @@ type fakeBackend struct {
 	agent   bool
 }
 
-func (f *fakeBackend) Boot(vmid int, c Config) error { f.running[vmid] = true; return nil }
+func (f *fakeBackend) Boot(vmid int, c Config) error  { f.running[vmid] = true; return nil }
 func (f *fakeBackend) Halt(vmid int) error            { f.running[vmid] = false; return nil }
 func (f *fakeBackend) Running(vmid int) (bool, error) { return f.running[vmid], nil }
 func (f *fakeBackend) Destroyed(int) error            { return nil }

@@ -1,0 +1,220 @@
+// Command labsim builds and runs mgmtctl's simulated lab. It is also the
+// simulated commands inside the lab's hosts, chosen by the name it is run
+// as: qm and pvesh on the Proxmox node, cloud-init on a VM.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/host"
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+	"github.com/mgmtctl/mgmtctl/lab/internal/mirror"
+	"github.com/mgmtctl/mgmtctl/lab/internal/qm"
+	"github.com/mgmtctl/mgmtctl/lab/internal/vmos"
+)
+
+func main() {
+	switch filepath.Base(os.Args[0]) {
+	case "qm":
+		os.Exit(runQM(os.Args[1:]))
+	case "pvesh":
+		os.Exit(runPvesh(os.Args[1:]))
+	case "cloud-init":
+		os.Exit(vmos.CloudInit(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(cli(os.Args[1:]))
+}
+
+const usage = `usage: labsim <command> --dir DIR [args]
+
+  up      build the lab in DIR and return when it is ready
+  down    remove every namespace, process and file the lab made
+  exec    run a command in the lab: labsim exec --dir DIR [--host pve] -- CMD...
+  status  show the lab's hosts and VMs
+  fault   labsim fault --dir DIR NAME [VALUE] | --off NAME
+`
+
+func cli(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("labsim "+cmd, flag.ContinueOnError)
+	dir := fs.String("dir", "", "lab directory")
+	hostName := fs.String("host", "", "exec: run on this host (pve, mirror, vm110) instead of the laptop")
+	spec := fs.String("spec", "", "agent: host spec file")
+	off := fs.Bool("off", false, "fault: turn the fault off")
+	if err := fs.Parse(rest); err != nil {
+		return 2
+	}
+	if cmd == "agent" {
+		return runAgent(*spec)
+	}
+	if *dir == "" {
+		fmt.Fprintf(os.Stderr, "labsim %s: --dir is required\n", cmd)
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "labsim: needs root (network namespaces, mounts)")
+		return 1
+	}
+	l, err := lab.Open(*dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "labsim:", err)
+		return 1
+	}
+	switch cmd {
+	case "up":
+		err = l.Up(os.Stdout)
+	case "down":
+		err = l.Down(os.Stdout)
+	case "status":
+		err = l.Status(os.Stdout)
+	case "daemon":
+		err = lab.RunDaemon(l, os.NewFile(3, "ready"))
+	case "exec":
+		err = l.Exec(*hostName, fs.Args())
+	case "fault":
+		a := fs.Args()
+		if len(a) == 0 {
+			for n, d := range lab.Faults {
+				fmt.Printf("%-14s %s\n", n, d)
+			}
+			return 0
+		}
+		val := ""
+		if len(a) > 1 {
+			val = a[1]
+		}
+		err = l.SetFault(a[0], val, !*off)
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "labsim:", err)
+		return 1
+	}
+	return 0
+}
+
+func runAgent(specPath string) int {
+	b, err := os.ReadFile(specPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "labsim agent:", err)
+		return 1
+	}
+	var spec host.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "labsim agent:", err)
+		return 1
+	}
+	if spec.Role == "mirror" {
+		m := &mirror.Server{Root: filepath.Join(spec.LabDir, "mirror"), Addr: spec.Addr,
+			CertFile: filepath.Join(spec.LabDir, "pki/mirror.crt"), KeyFile: filepath.Join(spec.LabDir, "pki/mirror.key"),
+			Corrupt: func() bool {
+				_, err := os.Stat(filepath.Join(spec.LabDir, "faults/corrupt-image"))
+				return err == nil
+			}}
+		spec.Services = append(spec.Services, m.Run)
+	}
+	if err := host.Run(&spec, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "labsim agent:", err)
+		return 1
+	}
+	return 0
+}
+
+// labConfig is what a host knows about its lab (/etc/labsim/lab.json).
+type labConfig struct {
+	Dir  string `json:"dir"`
+	Node string `json:"node"`
+}
+
+func readLabConfig() (labConfig, error) {
+	var c labConfig
+	b, err := os.ReadFile("/etc/labsim/lab.json")
+	if err != nil {
+		return c, err
+	}
+	return c, json.Unmarshal(b, &c)
+}
+
+// backend asks the lab daemon to run guests.
+type backend struct{ sock string }
+
+func (b backend) call(req lab.Request) (lab.Response, error) {
+	return lab.Call(b.sock, req, time.Minute)
+}
+
+func (b backend) Boot(vmid int, c qm.Config) error {
+	_, err := b.call(lab.Request{Op: "boot", VMID: vmid, Conf: c})
+	return err
+}
+func (b backend) Halt(vmid int) error {
+	_, err := b.call(lab.Request{Op: "halt", VMID: vmid})
+	return err
+}
+func (b backend) Running(vmid int) (bool, error) {
+	r, err := b.call(lab.Request{Op: "running", VMID: vmid})
+	return r.Bool, err
+}
+func (b backend) Destroyed(vmid int) error {
+	_, err := b.call(lab.Request{Op: "destroyed", VMID: vmid})
+	return err
+}
+func (b backend) GuestAgent(vmid int) (bool, error) {
+	r, err := b.call(lab.Request{Op: "agent", VMID: vmid})
+	return r.Bool, err
+}
+func (b backend) GuestExec(vmid int, argv []string) (string, string, int, error) {
+	r, err := b.call(lab.Request{Op: "exec", VMID: vmid, Argv: argv})
+	return r.Stdout, r.Stderr, r.Code, err
+}
+
+func node() (*qm.Node, error) {
+	c, err := readLabConfig()
+	if err != nil {
+		return nil, fmt.Errorf("not a lab Proxmox node: %w", err)
+	}
+	return &qm.Node{Name: c.Node, Root: "/", Backend: backend{filepath.Join(c.Dir, "control.sock")},
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: func() int64 { return time.Now().Unix() }}, nil
+}
+
+func runQM(args []string) int {
+	n, err := node()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 255
+	}
+	return n.QM(args)
+}
+
+func runPvesh(args []string) int {
+	n, err := node()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 255
+	}
+	if len(args) >= 2 && args[0] == "get" && args[1] == "/cluster/nextid" {
+		var rest []string
+		for _, a := range args[2:] {
+			if !strings.HasPrefix(a, "--output-format") && a != "text" && a != "json" {
+				rest = append(rest, a)
+			}
+		}
+		return n.NextID(rest)
+	}
+	fmt.Fprintf(os.Stderr, "no such API path in the lab: %s\n", strings.Join(args, " "))
+	return 255
+}
+
+var _ = context.Background

@@ -1,0 +1,120 @@
+package lab
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ExecArgv is the command line that runs argv in the laptop namespace with
+// the lab's laptop home, or, with host set, inside that host's network,
+// mount and UTS namespaces (to look at it the way it looks at itself).
+func (l *Lab) ExecArgv(hostName string, argv []string) ([]string, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("no command given")
+	}
+	if hostName == "" || hostName == "laptop" {
+		env := []string{"env", "HOME=" + l.LaptopHome(), "USER=" + userName(), "SSH_AUTH_SOCK="}
+		return append(append([]string{"ip", "netns", "exec", l.Net.NS("laptop")}, env...), argv...), nil
+	}
+	pid, err := l.agentPid(hostName)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{"nsenter", "-t", strconv.Itoa(pid), "-m", "-u", "-n", "--"}, argv...), nil
+}
+
+func userName() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "root"
+}
+
+// agentPid finds the host agent's pid in the host's network namespace.
+func (l *Lab) agentPid(hostName string) (int, error) {
+	ns := l.Net.NS(hostName)
+	out, err := exec.Command("ip", "netns", "pids", ns).Output()
+	if err != nil {
+		return 0, fmt.Errorf("host %s is not up", hostName)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(b), "agent\x00--spec") {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("host %s has no agent running", hostName)
+}
+
+// Exec replaces the current process with argv run in the lab.
+func (l *Lab) Exec(hostName string, argv []string) error {
+	full, err := l.ExecArgv(hostName, argv)
+	if err != nil {
+		return err
+	}
+	path, err := exec.LookPath(full[0])
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, full, os.Environ())
+}
+
+// Status prints the lab's hosts and VMs.
+func (l *Lab) Status(out io.Writer) error {
+	if !l.daemonAlive() {
+		fmt.Fprintf(out, "lab in %s is down\n", l.Dir)
+		if ns := l.Net.List(); len(ns) > 0 {
+			fmt.Fprintf(out, "leftover namespaces (labsim down removes them): %s\n", strings.Join(ns, " "))
+		}
+		return fmt.Errorf("lab is down")
+	}
+	resp, err := Call(l.ControlSocket(), Request{Op: "list"}, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "lab up in %s\n", l.Dir)
+	fmt.Fprintf(out, "%-8s %-14s %s\n", "HOST", "ADDRESS", "STATE")
+	fmt.Fprintf(out, "%-8s %-14s %s\n", "laptop", LaptopAddr, "up")
+	fmt.Fprintf(out, "%-8s %-14s %s\n", "pve", PVEAddr, "up")
+	fmt.Fprintf(out, "%-8s %-14s %s\n", "mirror", MirrorAddr, "up")
+	for _, v := range resp.VMs {
+		fmt.Fprintf(out, "%-8s %-14s %s (VM %d)\n", v.Name, v.Addr, v.State, v.VMID)
+	}
+	return nil
+}
+
+// Faults are the switches tests and users can flip.
+var Faults = map[string]string{
+	"slow-boot":     "VMs take N seconds to boot (value: seconds)",
+	"fail-boot":     "a started VM never comes up",
+	"corrupt-image": "the mirror serves the cloud image with a flipped byte",
+}
+
+// SetFault turns a fault on (with a value) or off.
+func (l *Lab) SetFault(name, value string, on bool) error {
+	if _, ok := Faults[name]; !ok {
+		var names []string
+		for n := range Faults {
+			names = append(names, n)
+		}
+		return fmt.Errorf("unknown fault %q (faults: %s)", name, strings.Join(names, ", "))
+	}
+	if !on {
+		err := os.Remove(l.FaultPath(name))
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	if err := os.MkdirAll(l.path("faults"), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(l.FaultPath(name), []byte(value+"\n"), 0o644)
+}

@@ -1,0 +1,72 @@
+// Package lab builds and tears down the simulated lab: network namespaces
+// for the laptop, the Proxmox node, the mirror and each VM; a daemon that
+// owns the hosts and boots VMs when the simulated `qm start` asks; and the
+// files a user needs to run mgmtctl inside it.
+package lab
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/netns"
+)
+
+// Fixed addresses of the lab's hosts (TEST-NET-1).
+const (
+	LaptopAddr = "192.0.2.2"
+	PVEAddr    = "192.0.2.10"
+	MirrorAddr = "192.0.2.20"
+	VMAddr     = "192.0.2.50"
+	Node       = "pve"
+	VMID       = 110
+)
+
+// MirrorNames are the internet names the mirror answers for.
+var MirrorNames = []string{
+	"cloud-images.ubuntu.com", "get.k3s.io", "update.k3s.io", "github.com", "objects.githubusercontent.com",
+	"charts.jetstack.io", "kubernetes-sigs.github.io", "quay.io", "registry.k8s.io",
+}
+
+// Lab is one lab, kept in Dir.
+type Lab struct {
+	Dir string
+	Net netns.Net
+}
+
+// Open returns the lab for dir (which need not exist yet). The namespace
+// prefix is derived from the absolute path, so two labs never collide and
+// a lab's leftovers can always be found again.
+func Open(dir string) (*Lab, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return &Lab{Dir: abs, Net: netns.Net{Prefix: "ml" + hex.EncodeToString(sum[:3])}}, nil
+}
+
+func (l *Lab) path(p ...string) string { return filepath.Join(append([]string{l.Dir}, p...)...) }
+
+// Paths a user and the tests rely on.
+func (l *Lab) ConfigPath() string           { return l.path("mgmt.yaml") }
+func (l *Lab) SecretsPath() string          { return l.path("secrets.yaml") }
+func (l *Lab) LaptopHome() string           { return l.path("laptop", "home") }
+func (l *Lab) ControlSocket() string        { return l.path("control.sock") }
+func (l *Lab) Binary() string               { return l.path("bin", "labsim") }
+func (l *Lab) HostDisk(name string) string  { return l.path("hosts", name) }
+func (l *Lab) VMDisk(vmid int) string       { return l.path("vms", fmt.Sprint(vmid)) }
+func (l *Lab) FaultPath(name string) string { return l.path("faults", name) }
+
+// made lists what Up creates in Dir, so Down removes exactly that.
+var made = []string{".labsim", "bin", "hosts", "vms", "laptop", "mirror", "pki", "faults", "mgmt.yaml", "secrets.yaml",
+	"control.sock", "daemon.log", "daemon.pid", "state.json"}
+
+func (l *Lab) marker() string { return l.path(".labsim") }
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,357 @@
+package lab
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/host"
+	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
+)
+
+// Image is the lab's cloud image: where the real one lives, so mgmt.yaml
+// keeps upstream's URL.
+const (
+	ImageHost = "cloud-images.ubuntu.com"
+	ImagePath = "/noble/20260926/noble-server-cloudimg-amd64.img"
+	// ImageVirtualSize is the real noble image's virtual size (3.5 GiB).
+	ImageVirtualSize = 3584 << 20
+)
+
+// TokenID is the lab's Proxmox API token.
+const TokenID = "capmox@pve!capi"
+
+// Up builds the lab and returns when it is ready. It is idempotent: a lab
+// that is up is left as it is.
+func (l *Lab) Up(out io.Writer) error {
+	if l.daemonAlive() {
+		fmt.Fprintf(out, "lab already up in %s\n", l.Dir)
+		return nil
+	}
+	// Leftovers of a crashed lab go first.
+	if err := l.cleanup(); err != nil {
+		return err
+	}
+	for _, d := range []string{"bin", "hosts", "vms", "faults", "laptop/home/.ssh", "pki"} {
+		if err := os.MkdirAll(l.path(d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(l.marker(), []byte(l.Net.Prefix+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := copySelf(l.Binary()); err != nil {
+		return err
+	}
+	ca, err := pki.LoadOrCreate(l.path("pki"))
+	if err != nil {
+		return err
+	}
+	if err := l.issue(ca, "mirror", MirrorNames, []net.IP{net.ParseIP(MirrorAddr)}); err != nil {
+		return err
+	}
+	if err := l.issue(ca, "pve", []string{"pve"}, []net.IP{net.ParseIP(PVEAddr)}); err != nil {
+		return err
+	}
+	key := l.path("laptop/home/.ssh/id_ed25519")
+	if !exists(key) {
+		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "laptop@lab", "-f", key).CombinedOutput(); err != nil {
+			return fmt.Errorf("ssh-keygen: %v: %s", err, out)
+		}
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		return err
+	}
+	sum, err := l.writeImage()
+	if err != nil {
+		return err
+	}
+	if err := l.writeHostSpecs(string(pub), string(ca.CertPEM)); err != nil {
+		return err
+	}
+	if err := l.startDaemon(); err != nil {
+		return err
+	}
+	pveKey, err := os.ReadFile(l.HostDisk("pve") + "/ssh_host_ed25519_key.pub")
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(string(pveKey))
+	if err := os.WriteFile(l.path("laptop/home/.ssh/known_hosts"), []byte(PVEAddr+" "+f[0]+" "+f[1]+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := l.writeConfig(sum); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "lab up in %s (namespaces %s-*)\n", l.Dir, l.Net.Prefix)
+	fmt.Fprintf(out, "  laptop %s, Proxmox node %q at %s (root by key), mirror %s\n", LaptopAddr, Node, PVEAddr, MirrorAddr)
+	fmt.Fprintf(out, "  config: %s\n  run:    labsim exec --dir %s -- mgmtctl apply -c %s\n", l.ConfigPath(), l.Dir, l.ConfigPath())
+	return nil
+}
+
+func copySelf(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if same(self, dst) {
+		return nil
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+func same(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+func (l *Lab) issue(ca *pki.CA, name string, names []string, ips []net.IP) error {
+	if exists(l.path("pki", name+".crt")) {
+		return nil
+	}
+	c, k, err := ca.Issue(name, names, ips)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(l.path("pki", name+".crt"), c, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(l.path("pki", name+".key"), k, 0o600)
+}
+
+// writeImage makes a small stand-in for the cloud image: a qcow2 header
+// with the real image's virtual size, then random bytes (so each lab's
+// sha256 is its own), and upstream's SHA256SUMS beside it.
+func (l *Lab) writeImage() (string, error) {
+	p := l.path("mirror", ImageHost, ImagePath)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		b = make([]byte, 64<<10)
+		_, _ = rand.Read(b[512:])
+		for i := 0; i < 512; i++ {
+			b[i] = 0
+		}
+		copy(b, "QFI\xfb")
+		binary.BigEndian.PutUint32(b[4:], 3)
+		binary.BigEndian.PutUint64(b[24:], ImageVirtualSize)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return "", err
+		}
+	}
+	s := sha256.Sum256(b)
+	sum := hex.EncodeToString(s[:])
+	line := fmt.Sprintf("%s *%s\n", sum, filepath.Base(p))
+	return sum, os.WriteFile(filepath.Join(filepath.Dir(p), "SHA256SUMS"), []byte(line), 0o644)
+}
+
+func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
+	hosts := map[string]string{"pve": PVEAddr}
+	for _, n := range MirrorNames {
+		hosts[n] = MirrorAddr
+	}
+	labJSON, _ := json.Marshal(map[string]string{"dir": l.Dir, "node": Node})
+	specs := []*host.Spec{
+		{
+			Name: "pve", Hostname: Node, Addr: PVEAddr, Disk: l.HostDisk("pve"), LabDir: l.Dir,
+			Overlays: []string{"/etc", "/root", "/var", "/usr/local", "/home"},
+			Users:    []host.User{{Name: "root", AuthorizedKeys: laptopKey}}, RootLogin: true,
+			Hosts: hosts, CACert: caPEM,
+			Files: map[string]host.File{
+				"/etc/labsim/lab.json":                          {Content: string(labJSON) + "\n", Mode: 0o644},
+				"/var/lib/vz/template/iso/.keep":                {Mode: 0o644},
+				"/etc/pve/nodes/" + Node + "/.keep":             {Mode: 0o644},
+				"/etc/pve/nodes/" + Node + "/qemu-server/.keep": {Mode: 0o644},
+			},
+			Links:      map[string]string{"/usr/local/sbin/qm": l.Binary(), "/usr/local/sbin/pvesh": l.Binary()},
+			HostKeyOut: l.HostDisk("pve") + "/ssh_host_ed25519_key.pub",
+			Role:       "pve",
+		},
+		{
+			Name: "mirror", Hostname: "mirror", Addr: MirrorAddr, Disk: l.HostDisk("mirror"), LabDir: l.Dir,
+			Overlays: []string{"/etc", "/root", "/var"}, Hosts: hosts, CACert: caPEM, Role: "mirror",
+			Files: map[string]host.File{"/etc/labsim/lab.json": {Content: string(labJSON) + "\n", Mode: 0o644}},
+		},
+	}
+	for _, s := range specs {
+		if err := os.MkdirAll(s.Disk, 0o755); err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(s, "", "  ")
+		if err := os.WriteFile(s.Disk+"/spec.json", b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startDaemon runs `labsim daemon` detached from this process, so the lab
+// outlives it, and waits for its READY (or FAILED) line.
+func (l *Lab) startDaemon() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(l.path("daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(l.Binary(), "daemon", "--dir", l.Dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	w.Close()
+	done := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		done <- strings.TrimSpace(line)
+	}()
+	var line string
+	select {
+	case line = <-done:
+	case <-time.After(2 * time.Minute):
+		line = "FAILED no answer in 2 minutes"
+	}
+	r.Close()
+	_ = cmd.Process.Release()
+	if line != "READY" {
+		b, _ := os.ReadFile(l.path("daemon.log"))
+		return fmt.Errorf("lab did not come up: %s\n%s", strings.TrimPrefix(line, "FAILED "), tail(string(b)))
+	}
+	return nil
+}
+
+func (l *Lab) daemonAlive() bool {
+	if !exists(l.ControlSocket()) {
+		return false
+	}
+	_, err := Call(l.ControlSocket(), Request{Op: "ping"}, 5*time.Second)
+	return err == nil
+}
+
+// writeConfig writes the mgmt.yaml and secrets.yaml a user runs mgmtctl
+// with: the real upstream URLs, the lab's addresses and image sum.
+func (l *Lab) writeConfig(imageSHA string) error {
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	secret[6] = secret[6]&0x0f | 0x40
+	secret[8] = secret[8]&0x3f | 0x80
+	s := hex.EncodeToString(secret)
+	uuid := s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+	if !exists(l.SecretsPath()) {
+		if err := os.WriteFile(l.SecretsPath(), []byte("proxmox:\n  tokenSecret: "+uuid+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	cfg := fmt.Sprintf(`# Written by labsim up: mgmtctl against the simulated lab in %s.
+apiVersion: mgmtctl/v1alpha1
+kind: ManagementCluster
+metadata:
+  name: lab-mgmt
+spec:
+  proxmox:
+    host: %s
+    user: root
+    node: %s
+    apiURL: https://%s:8006
+    tokenID: %s
+    storage: local-lvm
+    imageDir: /var/lib/vz/template/iso
+  image:
+    url: https://%s%s
+    sha256: %s
+  vm:
+    id: %d
+    cores: 2
+    memoryMiB: 4096
+    diskGiB: 30
+    bridge: vmbr0
+    vlan: 4
+    address: %s/24
+    gateway: 192.0.2.1
+    nameservers: [192.0.2.1]
+    user: ubuntu
+    sshPublicKeyFile: ~/.ssh/id_ed25519.pub
+  kubeconfig:
+    path: ~/.kube/lab-mgmt.kubeconfig
+`, l.Dir, PVEAddr, Node, PVEAddr, TokenID, ImageHost, ImagePath, imageSHA, VMID, VMAddr)
+	return os.WriteFile(l.ConfigPath(), []byte(cfg), 0o644)
+}
+
+// Down stops the lab and removes every namespace, process and file it made.
+// It works on a crashed lab too, and on one that is already down.
+func (l *Lab) Down(out io.Writer) error {
+	if l.daemonAlive() {
+		// The daemon answers once it has torn everything down.
+		_, _ = Call(l.ControlSocket(), Request{Op: "stop"}, 2*time.Minute)
+	}
+	if err := l.cleanup(); err != nil {
+		return err
+	}
+	if exists(l.marker()) {
+		for _, m := range made {
+			if err := os.RemoveAll(l.path(m)); err != nil {
+				return err
+			}
+		}
+		_ = os.Remove(l.Dir) // only if empty: the user's own files stay
+	}
+	fmt.Fprintf(out, "lab down: %s removed\n", l.Dir)
+	return nil
+}
+
+// cleanup kills the daemon if its pid file names a live one, and removes
+// every namespace with the lab's prefix (killing what runs in them).
+func (l *Lab) cleanup() error {
+	if b, err := os.ReadFile(l.path("daemon.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			if isDaemon(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = os.Remove(l.path("daemon.pid"))
+	}
+	err := l.Net.Destroy()
+	_ = os.Remove(l.ControlSocket())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// isDaemon checks that pid is a labsim daemon, so a stale pid file never
+// kills an unrelated process.
+func isDaemon(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), "labsim") && strings.Contains(string(b), "daemon")
+}
