@@ -9,12 +9,17 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/mgmtctl ./cmd/mgmtctl
+	cd lab && $(GO) build -o ../$(BIN)/labsim ./cmd/labsim
 
 vet:
 	$(GO) vet ./...
+	cd lab && $(GO) vet ./...
 
+# Unit tests, then the lab's own tests, then the end-to-end tests of the
+# phases against the lab (these need root; without it they skip, saying why).
 test: vet
 	$(GO) test -count=1 ./...
+	cd lab && $(GO) test -count=1 ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

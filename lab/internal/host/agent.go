@@ -39,6 +39,7 @@ type Spec struct {
 	Name     string `json:"name"`
 	Hostname string `json:"hostname"`
 	Addr     string `json:"addr"`
+	MAC      string `json:"mac,omitempty"`
 	// Disk holds the overlays' upper layers: what the host wrote survives
 	// its restarts.
 	Disk string `json:"disk"`
@@ -168,6 +169,25 @@ func run(name string, args ...string) error {
 
 const firstBoot = "/var/lib/labsim/first-boot-done"
 
+// SimBinary is where a host keeps the multi-call binary its simulated
+// commands (qm, pvesh, cloud-init, ...) link to.
+const SimBinary = "/usr/local/lib/labsim/labsim"
+
+func install(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
 func configure(spec *Spec) error {
 	var hosts strings.Builder
 	fmt.Fprintf(&hosts, "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n%s\t%s\n", spec.Hostname, spec.Addr, spec.Hostname)
@@ -202,6 +222,14 @@ func configure(spec *Spec) error {
 			return err
 		}
 		if err := os.WriteFile(p, []byte(f.Content), f.Mode); err != nil {
+			return err
+		}
+	}
+	// The simulated commands are installed on the host itself (as a real
+	// package would put them), not run from the lab directory, which the
+	// host's users need not be able to read.
+	if len(spec.Links) > 0 {
+		if err := install(filepath.Join(spec.LabDir, "bin/labsim"), SimBinary); err != nil {
 			return err
 		}
 	}

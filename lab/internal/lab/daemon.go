@@ -41,6 +41,8 @@ type vm struct {
 	agent *exec.Cmd
 	// cancel stops a boot still waiting out its delay.
 	cancel context.CancelFunc
+	// settled is closed when the boot ends, up or failed.
+	settled chan struct{}
 }
 
 // RunDaemon builds the lab's network and base hosts, reports READY on
@@ -61,7 +63,7 @@ func RunDaemon(l *Lab, ready *os.File) error {
 		return fail(err)
 	}
 	for _, h := range []struct{ name, addr string }{{"laptop", LaptopAddr}, {"pve", PVEAddr}, {"mirror", MirrorAddr}} {
-		if err := l.Net.AddHost(h.name, h.addr, h.name); err != nil {
+		if err := l.Net.AddHost(h.name, h.addr, h.name, ""); err != nil {
 			return fail(err)
 		}
 	}
@@ -183,6 +185,22 @@ func (d *daemon) serve(c net.Conn) {
 		close(d.stop)
 		return
 	}
+	if req.Op == "wait-vm" {
+		// For tests and tools: block until the VM's boot has ended.
+		d.mu.Lock()
+		v := d.vms[req.VMID]
+		d.mu.Unlock()
+		if v == nil {
+			_ = json.NewEncoder(c).Encode(Response{Error: fmt.Sprintf("VM %d is not running", req.VMID)})
+			return
+		}
+		<-v.settled
+		d.mu.Lock()
+		st := v.info.State
+		d.mu.Unlock()
+		_ = json.NewEncoder(c).Encode(Response{OK: st == "up", Error: map[bool]string{false: "VM boot " + st}[st == "up"]})
+		return
+	}
 	_ = json.NewEncoder(c).Encode(d.handle(req))
 }
 
@@ -279,6 +297,10 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 	for _, s := range strings.Fields(ns) {
 		resolv += "nameserver " + s + "\n"
 	}
+	mac := ""
+	if m := strings.Split(conf["net0"], ",")[0]; strings.Contains(m, "=") {
+		mac = strings.SplitN(m, "=", 2)[1]
+	}
 	delay := 1500 * time.Millisecond
 	hosts := map[string]string{}
 	for _, n := range MirrorNames {
@@ -292,9 +314,9 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 		Hosts:      hosts,
 		CACert:     d.caPEM(),
 		Files:      map[string]host.File{"/etc/resolv.conf": {Content: resolv, Mode: 0o644}},
-		Links:      map[string]string{"/usr/local/bin/cloud-init": d.l.Binary()},
+		Links:      map[string]string{"/usr/local/bin/cloud-init": host.SimBinary},
 		HostKeyOut: d.l.VMDisk(vmid) + "/ssh_host_ed25519_key.pub",
-		Role:       "vm", CloudInitDelay: delay,
+		Role:       "vm", CloudInitDelay: delay, MAC: mac,
 	}, nil
 }
 
@@ -309,7 +331,7 @@ func (d *daemon) bootLocked(vmid int, conf map[string]string) Response {
 		return Response{Error: err.Error()}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	v := &vm{info: VMInfo{VMID: vmid, Name: spec.Hostname, Addr: spec.Addr, State: "booting"}, cancel: cancel}
+	v := &vm{info: VMInfo{VMID: vmid, Name: spec.Hostname, Addr: spec.Addr, State: "booting"}, cancel: cancel, settled: make(chan struct{})}
 	d.vms[vmid] = v
 	delay := BootDelay
 	if s, err := os.ReadFile(d.l.FaultPath("slow-boot")); err == nil {
@@ -344,6 +366,7 @@ func (d *daemon) setState(vmid int, v *vm, state string) {
 	defer d.mu.Unlock()
 	if d.vms[vmid] == v {
 		v.info.State = state
+		close(v.settled)
 	}
 }
 
@@ -357,7 +380,7 @@ func (d *daemon) bootHost(vmid int, spec *host.Spec) error {
 	if err := os.WriteFile(specPath, b, 0o644); err != nil {
 		return err
 	}
-	if err := d.l.Net.AddHost(name, spec.Addr, name); err != nil {
+	if err := d.l.Net.AddHost(name, spec.Addr, name, spec.MAC); err != nil {
 		return err
 	}
 	if err := d.startAgent(name, specPath, d.l.Net.NS(name)); err != nil {
@@ -375,6 +398,7 @@ func (d *daemon) bootHost(vmid int, spec *host.Spec) error {
 	}
 	v.agent = d.agents[name]
 	v.info.State = "up"
+	close(v.settled)
 	return nil
 }
 

@@ -189,7 +189,7 @@ func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
 				"/etc/pve/nodes/" + Node + "/.keep":             {Mode: 0o644},
 				"/etc/pve/nodes/" + Node + "/qemu-server/.keep": {Mode: 0o644},
 			},
-			Links:      map[string]string{"/usr/local/sbin/qm": l.Binary(), "/usr/local/sbin/pvesh": l.Binary()},
+			Links:      map[string]string{"/usr/local/sbin/qm": host.SimBinary, "/usr/local/sbin/pvesh": host.SimBinary},
 			HostKeyOut: l.HostDisk("pve") + "/ssh_host_ed25519_key.pub",
 			Role:       "pve",
 		},

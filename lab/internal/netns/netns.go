@@ -58,7 +58,10 @@ func (n Net) Bridge() error {
 
 // AddHost creates host's namespace with eth0 at addr/24, plugged into the
 // bridge, default route via the gateway (which routes nowhere).
-func (n Net) AddHost(host, addr, ifTag string) error {
+//
+// mac, when set, is eth0's address: a VM keeps its net0 MAC across
+// restarts, so its neighbours' ARP caches stay right.
+func (n Net) AddHost(host, addr, ifTag, mac string) error {
 	ns, br := n.NS(host), n.NS("net")
 	peer := "v-" + ifTag
 	tmp := n.Prefix + ifTag // a short, unique name in the root namespace while moving
@@ -71,12 +74,17 @@ func (n Net) AddHost(host, addr, ifTag string) error {
 		{"ip", "link", "add", tmp, "type", "veth", "peer", "name", peer, "netns", br},
 		{"ip", "link", "set", tmp, "netns", ns},
 		{"ip", "-n", ns, "link", "set", tmp, "name", "eth0"},
+	}
+	if mac != "" {
+		steps = append(steps, []string{"ip", "-n", ns, "link", "set", "eth0", "address", mac})
+	}
+	steps = append(steps, [][]string{
 		{"ip", "-n", ns, "addr", "add", addr + "/" + strconv.Itoa(Prefix), "dev", "eth0"},
 		{"ip", "-n", ns, "link", "set", "eth0", "up"},
 		{"ip", "-n", ns, "route", "add", "default", "via", Gateway},
 		{"ip", "-n", br, "link", "set", peer, "master", "br0"},
 		{"ip", "-n", br, "link", "set", peer, "up"},
-	}
+	}...)
 	for _, s := range steps {
 		if _, err := run(s...); err != nil {
 			return fmt.Errorf("add host %s: %w", host, err)

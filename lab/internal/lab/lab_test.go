@@ -1,0 +1,191 @@
+package lab_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
+)
+
+// createVM is the qm create mgmtctl's vm phase issues (upstream-facts 1.2).
+const createVM = `set -e
+cd /var/lib/vz/template/iso
+curl -fsS -o noble-server-cloudimg-amd64.img https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img
+cp /root/.ssh/authorized_keys /root/vm.pub
+qm create 110 --name lab-mgmt --cores 2 --memory 4096 --net0 virtio,bridge=vmbr0,tag=4 --scsihw virtio-scsi-pci \
+  --scsi0 local-lvm:0,import-from=/var/lib/vz/template/iso/noble-server-cloudimg-amd64.img --ide2 local-lvm:cloudinit \
+  --boot order=scsi0 --serial0 socket --vga serial0 --agent 1 --ciuser ubuntu --sshkeys /root/vm.pub \
+  --ipconfig0 ip=192.0.2.50/24,gw=192.0.2.1 --nameserver 192.0.2.1 --tags mgmtctl`
+
+func TestPlainSSHToProxmox(t *testing.T) {
+	l := labtest.Start(t)
+	r := l.PVE("hostname; qm status 110")
+	if r.Code != 2 || r.Stdout != "pve\n" || r.Stderr != "Configuration file 'nodes/pve/qemu-server/110.conf' does not exist\n" {
+		t.Fatalf("got %+v", r)
+	}
+	// The node has no route out: only the lab's addresses answer.
+	if r := l.PVE("ip route"); !strings.Contains(r.Stdout, "default via 192.0.2.1") || strings.Count(r.Stdout, "\n") != 2 {
+		t.Errorf("routes: %q", r.Stdout)
+	}
+	// The laptop's known_hosts vouches for the node, so an unknown key is
+	// refused: a known_hosts without it fails with OpenSSH's own error.
+	empty := filepath.Join(l.LaptopHome(), "empty_known_hosts")
+	os.WriteFile(empty, nil, 0o644)
+	if r := l.SSH("root", lab.PVEAddr, empty, "true"); r.Code == 0 || !strings.Contains(r.Stderr, "Host key verification failed") {
+		t.Errorf("unknown host key accepted: %+v", r)
+	}
+	// The mirror stands in for the internet by the real names, over TLS
+	// the node trusts.
+	if r := l.PVE("curl -fsS https://cloud-images.ubuntu.com/noble/20260926/SHA256SUMS"); r.Code != 0 || !strings.HasSuffix(r.Stdout, " *noble-server-cloudimg-amd64.img\n") {
+		t.Errorf("SHA256SUMS: %+v", r)
+	}
+	if r := l.PVE("curl -sS -o /dev/null -w '%{http_code}' https://cloud-images.ubuntu.com/noble/20991231/x.img"); r.Stdout != "404" {
+		t.Errorf("unknown path: %+v", r)
+	}
+}
+
+func TestVMLifecycle(t *testing.T) {
+	l := labtest.Start(t)
+	if r := l.PVE(createVM); r.Code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+	r := l.PVE("qm config 110")
+	for _, want := range []string{"scsi0: local-lvm:vm-110-disk-0,size=3584M\n", "sshkeys: ssh-ed25519%20", "net0: virtio=BC:24:11:"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("config lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	if r := l.PVE("qm start 110 && qm status 110"); r.Code != 0 || r.Stdout != "generating cloud-init ISO\nstatus: running\n" {
+		t.Fatalf("start: %+v", r)
+	}
+	if err := l.WaitVM(110); err != nil {
+		t.Fatal(err)
+	}
+	kh := filepath.Join(l.LaptopHome(), "vm_known_hosts")
+	hostKey := l.VMHostKey(110)
+	os.WriteFile(kh, []byte(lab.VMAddr+" "+hostKey+"\n"), 0o644)
+	r = l.SSH("ubuntu", lab.VMAddr, kh, "hostname; sudo -n id -u; cloud-init status --wait")
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "lab-mgmt\n0\n") || !strings.HasSuffix(r.Stdout, "status: done\n") {
+		t.Fatalf("VM: %+v", r)
+	}
+	pveKey, _ := os.ReadFile(filepath.Join(l.HostDisk("pve"), "ssh_host_ed25519_key.pub"))
+	realKey, _ := os.ReadFile("/etc/ssh/ssh_host_ed25519_key.pub")
+	if k := strings.Fields(hostKey)[1]; strings.Contains(string(pveKey), k) || (len(realKey) > 0 && strings.Contains(string(realKey), k)) {
+		t.Error("the VM's host key is not freshly generated")
+	}
+	if r := l.PVE("qm start 110"); r.Code != 255 || r.Stderr != "VM 110 already running\n" {
+		t.Errorf("start running: %+v", r)
+	}
+	if r := l.PVE("qm destroy 110"); r.Code == 0 || !strings.Contains(r.Stderr, "VM 110 is running - destroy failed") {
+		t.Errorf("destroy running: %+v", r)
+	}
+	// The guest agent is not in Ubuntu's cloud image until installed.
+	if r := l.PVE("qm guest cmd 110 ping"); r.Code == 0 || r.Stderr != "QEMU guest agent is not running\n" {
+		t.Errorf("guest cmd: %+v", r)
+	}
+	// A file written on the VM's disk survives stop/start, and so does its
+	// host key; the namespace goes away while it is stopped.
+	l.SSH("ubuntu", lab.VMAddr, kh, "echo kept > ~/marker")
+	if r := l.PVE("qm stop 110 && qm status 110"); r.Stdout != "status: stopped\n" {
+		t.Fatalf("stop: %+v", r)
+	}
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), l.Net.NS("vm110")) {
+		t.Error("stopped VM's namespace still exists")
+	}
+	if r := l.PVE("qm start 110"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if err := l.WaitVM(110); err != nil {
+		t.Fatal(err)
+	}
+	if r := l.SSH("ubuntu", lab.VMAddr, kh, "cat ~/marker"); r.Stdout != "kept\n" {
+		t.Errorf("disk did not survive a restart: %+v", r)
+	}
+	if r := l.PVE("qm stop 110 && qm destroy 110 >/dev/null && qm list"); r.Code != 0 || strings.Contains(r.Stdout, "110") {
+		t.Errorf("destroy: %+v", r)
+	}
+	if _, err := os.Stat(l.VMDisk(110)); !os.IsNotExist(err) {
+		t.Errorf("destroyed VM's disk remains")
+	}
+}
+
+func TestFaults(t *testing.T) {
+	l := labtest.Start(t)
+	sum := func() string {
+		return l.PVE("curl -fsS https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img | sha256sum | cut -d' ' -f1").Stdout
+	}
+	want := strings.Fields(l.PVE("curl -fsS https://cloud-images.ubuntu.com/noble/20260926/SHA256SUMS").Stdout)[0] + "\n"
+	if got := sum(); got != want {
+		t.Fatalf("image sum %q, SHA256SUMS says %q", got, want)
+	}
+	if err := l.SetFault("corrupt-image", "", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := sum(); got == want {
+		t.Error("corrupt-image fault served the right image")
+	}
+	l.SetFault("corrupt-image", "", false)
+	if got := sum(); got != want {
+		t.Error("image still corrupt after the fault was turned off")
+	}
+
+	l.SetFault("fail-boot", "", true)
+	if r := l.PVE(createVM + "\nqm start 110"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if err := l.WaitVM(110); err == nil || !strings.Contains(err.Error(), "VM boot failed") {
+		t.Errorf("fail-boot: %v", err)
+	}
+	if r := l.PVE("qm status 110"); r.Stdout != "status: running\n" {
+		t.Errorf("QEMU runs even if the guest does not boot: %+v", r)
+	}
+	if err := l.SetFault("no-such-fault", "", true); err == nil {
+		t.Error("unknown fault accepted")
+	}
+}
+
+// TestDownAfterKilledDaemon: a lab whose daemon died still comes down
+// whole: no namespace, process, mount or file left.
+func TestDownAfterKilledDaemon(t *testing.T) {
+	labtest.Skip(t)
+	bin := labtest.Binary(t)
+	dir, _ := os.MkdirTemp("", "lab-")
+	l, _ := lab.Open(dir)
+	if out, err := exec.Command(bin, "up", "--dir", dir).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "daemon.pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 1 {
+		t.Fatal("no daemon pid")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 2; i++ { // down is idempotent
+		if out, err := exec.Command(bin, "down", "--dir", dir).CombinedOutput(); err != nil {
+			t.Fatalf("down: %v %s", err, out)
+		}
+	}
+	if ns := l.Net.List(); len(ns) != 0 {
+		t.Errorf("namespaces left: %v", ns)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("lab directory left")
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		c, _ := os.ReadFile(p)
+		if strings.Contains(string(c), dir) {
+			t.Errorf("process left: %s", strings.ReplaceAll(string(c), "\x00", " "))
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), dir) || strings.Contains(string(mounts), l.Net.Prefix) {
+		t.Errorf("mounts left:\n%s", mounts)
+	}
+}

@@ -1,0 +1,164 @@
+// Package labtest gives end-to-end tests a running lab. The lab is built
+// once per test binary from this module's labsim and removed when the test
+// ends; with LABSIM_KEEP=1 a failed test's lab is left up and its directory
+// printed. Tests skip, saying why, where a lab cannot run (not root, no
+// network namespaces, no OpenSSH server).
+package labtest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds labsim once and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "labsim-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "labsim")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build labsim: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Skip skips t unless a lab can run here.
+func Skip(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the lab needs root (network namespaces and mounts)")
+	}
+	for _, tool := range []string{"ip", "unshare", "nsenter", "ssh", "ssh-keygen", "/usr/sbin/sshd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the lab needs %s (.ci/run installs it)", tool)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
+		t.Skipf("no network namespaces here: %v %s", err, out)
+	}
+}
+
+// Lab is a running lab.
+type Lab struct {
+	*lab.Lab
+	t   testing.TB
+	Bin string
+}
+
+// Start brings a lab up in a fresh directory for the test.
+func Start(t testing.TB) *Lab {
+	t.Helper()
+	Skip(t)
+	bin := Binary(t)
+	dir, err := os.MkdirTemp("", "lab-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lab.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := &Lab{Lab: l, t: t, Bin: bin}
+	if out, err := exec.Command(bin, "up", "--dir", dir).CombinedOutput(); err != nil {
+		tl.down()
+		t.Fatalf("labsim up: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("LABSIM_KEEP") != "" {
+			t.Logf("lab left up for inspection: %s (remove with: labsim down --dir %s)", dir, dir)
+			return
+		}
+		tl.down()
+	})
+	return tl
+}
+
+func (l *Lab) down() {
+	if out, err := exec.Command(l.Bin, "down", "--dir", l.Dir).CombinedOutput(); err != nil {
+		l.t.Errorf("labsim down: %v\n%s", err, out)
+	}
+}
+
+// Result is a finished command.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// Run runs argv in the lab (host "" is the laptop) and returns its result.
+func (l *Lab) Run(hostName string, argv ...string) Result {
+	l.t.Helper()
+	full, err := l.ExecArgv(hostName, argv)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	cmd := exec.Command(full[0], full[1:]...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		l.t.Fatalf("run %v: %v", argv, err)
+	}
+	return Result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
+// SSH runs a command line on user@addr from the laptop with plain OpenSSH,
+// the lab's key, and the given known_hosts file (the laptop's by default).
+func (l *Lab) SSH(user, addr, knownHosts, command string) Result {
+	l.t.Helper()
+	if knownHosts == "" {
+		knownHosts = filepath.Join(l.LaptopHome(), ".ssh/known_hosts")
+	}
+	return l.Run("", "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+		"-o", "UserKnownHostsFile="+knownHosts, "-o", "StrictHostKeyChecking=yes",
+		"-i", filepath.Join(l.LaptopHome(), ".ssh/id_ed25519"), user+"@"+addr, command)
+}
+
+// PVE runs a command line on the Proxmox node as root over SSH.
+func (l *Lab) PVE(command string) Result {
+	l.t.Helper()
+	return l.SSH("root", lab.PVEAddr, "", command)
+}
+
+// WaitVM blocks until VM vmid's boot has ended; it fails the test if the
+// VM did not come up.
+func (l *Lab) WaitVM(vmid int) error {
+	_, err := lab.Call(l.ControlSocket(), lab.Request{Op: "wait-vm", VMID: vmid}, 2*time.Minute)
+	return err
+}
+
+// VMHostKey returns the VM's public ed25519 host key as it generated it.
+func (l *Lab) VMHostKey(vmid int) string {
+	b, err := os.ReadFile(filepath.Join(l.VMDisk(vmid), "ssh_host_ed25519_key.pub"))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
