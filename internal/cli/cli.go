@@ -230,6 +230,7 @@ type applyFlags struct {
 	tags, skipTags []string
 	check, diff    bool
 	detailed       bool
+	acceptNew      bool
 }
 
 func parseTags(names []string) []step.Tag {
@@ -267,6 +268,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	cmd.Flags().StringSliceVar(&f.tags, "tags", nil, "run only these phases ("+strings.Join(tags, ",")+")")
 	cmd.Flags().StringSliceVar(&f.skipTags, "skip-tags", nil, "skip these phases")
 	cmd.Flags().BoolVar(&f.detailed, "detailed-exitcode", false, "exit 3 when changes were made or are pending")
+	cmd.Flags().BoolVar(&f.acceptNew, "accept-new-host-key", false, "learn the VM's SSH host key although this run did not create the VM")
 	if !plan {
 		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
 		cmd.Flags().BoolVar(&f.diff, "diff", false, "show unified diffs of files and manifests (secrets redacted)")
@@ -285,7 +287,7 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 	var x redact.Redactor
 	x.Add(l.Secrets.Proxmox.TokenSecret)
 
-	s := &phase.Session{Config: l, Check: f.check, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	s := &phase.Session{Config: l, Check: f.check, AcceptNewHostKey: f.acceptNew, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
 	all := o.Phases(s)
 	selected, err := engine.SelectPhases(all, parseTags(f.tags), parseTags(f.skipTags))
 	if err != nil {

@@ -3,26 +3,45 @@ package phase
 import (
 	"context"
 
+	"github.com/mgmtctl/mgmtctl/internal/proxmox"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
 // Build returns every phase in run order.
 func Build(s *Session) []step.Phase {
 	return []step.Phase{
-		{Tag: step.TagVM, Prepare: func(ctx context.Context) (string, error) {
-			t := s.ProxmoxTarget()
-			if _, err := s.Host(ctx, t); err != nil {
-				return t.Name, err
-			}
-			// Connected, host key verified and locked: the vm phase's
-			// steps come next (issue 4).
-			return t.Name, errNotImplemented(string(step.TagVM))
-		}},
+		vmPhase(s),
 		notYet(step.TagK3s, s.Config.Cluster.Metadata.Name),
 		notYet(step.TagAddons, s.Config.Cluster.Metadata.Name),
 		notYet(step.TagCAPI, s.Config.Cluster.Metadata.Name),
 		notYet(step.TagKubeconfig, "laptop"),
 		notYet(step.TagInspector, s.Config.Cluster.Metadata.Name),
+	}
+}
+
+func vmPhase(s *Session) step.Phase {
+	n := &proxmox.Node{Cluster: &s.Config.Cluster}
+	dial := func(ctx context.Context, wait bool) (remote.Host, error) {
+		return s.DialVM(ctx, n.Created, wait, func(msg string) { step.Progress(ctx, msg) })
+	}
+	return step.Phase{
+		Tag: step.TagVM,
+		Prepare: func(ctx context.Context) (string, error) {
+			h, err := s.Host(ctx, s.ProxmoxTarget())
+			if err != nil {
+				return n.Name(), err
+			}
+			n.Host = h
+			return n.Name(), n.Gather(ctx)
+		},
+		Steps: []step.Step{
+			&proxmox.Image{N: n},
+			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey},
+			&proxmox.GrowDisk{N: n},
+			&proxmox.StartVM{N: n},
+			&proxmox.Reachable{N: n, Dial: dial},
+		},
 	}
 }
 

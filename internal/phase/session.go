@@ -5,7 +5,11 @@ package phase
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"golang.org/x/crypto/ssh"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -25,6 +29,10 @@ type Session struct {
 	// Holder names this run in the host lock ("user@laptop pid 123").
 	Holder string
 	Log    *slog.Logger
+	// AcceptNewHostKey lets the VM's host key be learned although this run
+	// did not create the VM (--accept-new-host-key).
+	AcceptNewHostKey bool
+	forgotVMKey      bool
 
 	mu    sync.Mutex
 	conns map[string]*hostConn
@@ -78,6 +86,11 @@ func withPort(host string) string {
 // may change the host takes its lock first; in check mode the host comes
 // behind the read-only gate and is not locked.
 func (s *Session) Host(ctx context.Context, t remote.Target) (remote.Host, error) {
+	h, _, err := s.hostWith(ctx, s.Dialer, t)
+	return h, err
+}
+
+func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, t remote.Target) (remote.Host, *remote.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {
@@ -85,25 +98,90 @@ func (s *Session) Host(ctx context.Context, t remote.Target) (remote.Host, error
 	}
 	hc, ok := s.conns[t.Addr]
 	if !ok {
-		c, err := s.Dialer.Connect(ctx, t)
+		c, err := d.Connect(ctx, t)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		hc = &hostConn{conn: c}
 		if !s.Check {
 			release, err := c.Lock(ctx, s.Holder)
 			if err != nil {
 				c.Close()
-				return nil, err
+				return nil, nil, err
 			}
 			hc.release = release
 		}
 		s.conns[t.Addr] = hc
 	}
 	if s.Check {
-		return remote.ReadOnly(hc.conn), nil
+		return remote.ReadOnly(hc.conn), hc.conn, nil
 	}
-	return hc.conn, nil
+	return hc.conn, hc.conn, nil
+}
+
+// VMKnownHosts is the known_hosts file mgmtctl keeps for the VMs it made.
+func (s *Session) VMKnownHosts() string {
+	return s.Config.Env.Expand("~/.config/mgmtctl/known_hosts")
+}
+
+// VMTarget is the VM as an SSH target: its user, with sudo.
+func (s *Session) VMTarget() remote.Target {
+	vm := s.Config.Cluster.Spec.VM
+	addr, _, _ := strings.Cut(vm.Address, "/")
+	return remote.Target{
+		Name:       s.Config.Cluster.Metadata.Name,
+		Addr:       net.JoinHostPort(addr, "22"),
+		User:       vm.User,
+		KnownHosts: []string{s.VMKnownHosts()},
+		Identities: s.identities(),
+	}
+}
+
+// DialVM connects to the VM. Its host key is learned on first contact only
+// when this run created the VM (replacing the old VM's entry) or the user
+// said --accept-new-host-key; otherwise it must match what was learned
+// before. With wait, it keeps trying until the VM answers or ctx ends.
+func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(string)) (remote.Host, error) {
+	t := s.VMTarget()
+	if created && !s.forgotVMKey {
+		if err := remote.ForgetHostKey(s.VMKnownHosts(), t.Addr); err != nil {
+			return nil, fmt.Errorf("update %s: %w", s.VMKnownHosts(), err)
+		}
+		s.forgotVMKey = true
+	}
+	t.AcceptNewHostKey = created || s.AcceptNewHostKey
+	d := *s.Dialer
+	if wait {
+		// A booting VM: keep knocking with a bounded backoff; the step's
+		// context bounds the whole wait.
+		d.Retry = remote.Retry{Attempts: 1 << 20, Backoff: func(n int) time.Duration {
+			return min(250*time.Millisecond<<min(n, 4), 3*time.Second)
+		}, OnRetry: func(n int, err error) {
+			if progress != nil && n%5 == 1 {
+				progress(fmt.Sprintf("waiting for SSH on %s (attempt %d: %v)", t.Addr, n, err))
+			}
+		}}
+	} else {
+		d.Retry = remote.Retry{Attempts: 1}
+		d.Timeout = 5 * time.Second
+	}
+	h, conn, err := s.hostWith(ctx, &d, t)
+	if err != nil {
+		var hk *remote.HostKeyError
+		if errors.As(err, &hk) && !hk.Changed() {
+			hk.Hint = "mgmtctl learns a VM's key only on first contact right after creating it; if this is your VM, run again with --accept-new-host-key"
+		}
+		return nil, err
+	}
+	if key := conn.LearnedHostKey(); key != nil && !s.Check {
+		if err := remote.RememberHostKey(s.VMKnownHosts(), t.Addr, key); err != nil {
+			return nil, fmt.Errorf("record the VM's host key in %s: %w", s.VMKnownHosts(), err)
+		}
+		if s.Log != nil {
+			s.Log.Info("learned VM host key", "addr", t.Addr, "fingerprint", ssh.FingerprintSHA256(key))
+		}
+	}
+	return h, nil
 }
 
 // Close releases every lock and connection.

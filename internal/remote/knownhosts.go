@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
@@ -16,6 +17,10 @@ import (
 type hostKeys struct {
 	files []string
 	cb    ssh.HostKeyCallback
+	// acceptNew trusts the key of an unknown host (never a changed one)
+	// and records it in learned.
+	acceptNew bool
+	learned   ssh.PublicKey
 }
 
 func newHostKeys(files []string) (*hostKeys, error) {
@@ -84,6 +89,10 @@ func (hk *hostKeys) callback(name string) ssh.HostKeyCallback {
 		}
 		hkErr.Hint = fmt.Sprintf("add it with: ssh-keyscan -t %s%s %s >> %s", keyFileName(key.Type()), portFlag, h, firstOr(hk.files, "~/.ssh/known_hosts"))
 		if hk.cb == nil {
+			if hk.acceptNew {
+				hk.learned = key
+				return nil
+			}
 			return hkErr
 		}
 		err := hk.cb(name, remote, key)
@@ -99,6 +108,9 @@ func (hk *hostKeys) callback(name string) ssh.HostKeyCallback {
 		}
 		if hkErr.Changed() {
 			hkErr.Hint = fmt.Sprintf("remove the old entry with: ssh-keygen -R %s -f %s", host, ke.Want[0].Filename)
+		} else if hk.acceptNew {
+			hk.learned = key
+			return nil
 		}
 		return hkErr
 	}
@@ -118,3 +130,75 @@ type probeKey struct{}
 func (probeKey) Type() string                        { return "mgmtctl-probe" }
 func (probeKey) Marshal() []byte                     { return []byte("mgmtctl-probe") }
 func (probeKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe") }
+
+// RememberHostKey records key for addr in the known_hosts file, replacing
+// whatever that file said about addr before (a VM re-created by this run
+// brings a new key). The file is rewritten atomically, mode 0600.
+func RememberHostKey(file, addr string, key ssh.PublicKey) error {
+	host := knownhosts.Normalize(addr)
+	old, err := os.ReadFile(file)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var keep []string
+	for _, line := range strings.Split(string(old), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) > 0 && containsHost(f[0], host) {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	keep = append(keep, knownhosts.Line([]string{host}, key))
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".known_hosts-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(strings.Join(keep, "\n") + "\n"); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}
+
+func containsHost(field, host string) bool {
+	for _, h := range strings.Split(field, ",") {
+		if h == host {
+			return true
+		}
+	}
+	return false
+}
+
+// ForgetHostKey removes what the known_hosts file says about addr.
+func ForgetHostKey(file, addr string) error {
+	old, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	host := knownhosts.Normalize(addr)
+	var keep []string
+	for _, line := range strings.Split(string(old), "\n") {
+		if f := strings.Fields(line); line == "" || (len(f) > 0 && containsHost(f[0], host)) {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	out := ""
+	if len(keep) > 0 {
+		out = strings.Join(keep, "\n") + "\n"
+	}
+	return os.WriteFile(file, []byte(out), 0o600)
+}

@@ -31,11 +31,16 @@ type Target struct {
 	Identities []string
 	// LockPath overrides the run lock's path (tests); empty is LockPath.
 	LockPath string
+	// AcceptNewHostKey trusts an unknown host's key on first contact (a
+	// changed key is still refused); LearnedHostKey then returns it.
+	AcceptNewHostKey bool
 }
 
 // Retry bounds reconnection attempts for transient errors.
 type Retry struct {
 	Attempts int
+	// OnRetry, if set, hears about each failed attempt before the pause.
+	OnRetry func(attempt int, err error)
 	// Backoff returns the pause before attempt n (n >= 1); nil means
 	// exponential from 500ms, capped at 8s.
 	Backoff func(n int) time.Duration
@@ -77,12 +82,17 @@ func (d *Dialer) Connect(ctx context.Context, t Target) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	hk.acceptNew = t.AcceptNewHostKey
 	c := &Conn{d: d, t: t, hk: hk}
 	if err := c.reconnect(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
+
+// LearnedHostKey is the key accepted on first contact, or nil when the
+// host was already known.
+func (c *Conn) LearnedHostKey() ssh.PublicKey { return c.hk.learned }
 
 // Name implements Host.
 func (c *Conn) Name() string { return c.t.Name }
@@ -171,6 +181,9 @@ func (c *Conn) reconnect(ctx context.Context) error {
 			return nil
 		}
 		c.log().Debug("ssh connect failed", "host", c.t.Name, "addr", c.t.Addr, "attempt", n, "err", err)
+		if c.d.Retry.OnRetry != nil && n < attempts {
+			c.d.Retry.OnRetry(n, err)
+		}
 		var hk *HostKeyError
 		if errors.As(err, &hk) {
 			return hk

@@ -1,0 +1,72 @@
+package proxmox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// Image puts the pinned cloud image on the node, verified by its sha256.
+type Image struct{ N *Node }
+
+var _ step.Step = (*Image)(nil)
+
+// ID implements step.Step.
+func (s *Image) ID() string { return "image" }
+
+// Host implements step.Step.
+func (s *Image) Host() string { return s.N.Name() }
+
+// Check implements step.Step.
+func (s *Image) Check(ctx context.Context) (step.Plan, error) {
+	want, got, p := s.N.Cluster.Spec.Image.SHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
+	switch got {
+	case want:
+		return step.Plan{Note: p + " present, sha256 verified"}, nil
+	case "":
+		return step.Plan{Changes: []step.Change{{Target: p, Action: step.Create,
+			Summary: "download " + s.N.Cluster.Spec.Image.URL + " to " + p}}}, nil
+	}
+	return step.Plan{Changes: []step.Change{{Target: p, Action: step.Update,
+		Summary: fmt.Sprintf("replace %s (sha256 %s, want %s)", p, got, want)}}}, nil
+}
+
+// downloadScript fetches $1 to a temporary name beside $2, checks its
+// sha256 against $3 and only then renames it: the final name never holds an
+// unverified file.
+const downloadScript = `set -eu
+url=$1 dst=$2 want=$3
+mkdir -p -- "$(dirname -- "$dst")"
+tmp=$(mktemp "$dst.mgmtctl-XXXXXX")
+trap 'rm -f -- "$tmp"' EXIT
+if command -v curl >/dev/null 2>&1; then
+  curl -fsSL --retry 3 -o "$tmp" -- "$url"
+else
+  wget -q -O "$tmp" -- "$url"
+fi
+got=$(sha256sum < "$tmp" | cut -d' ' -f1)
+if [ "$got" != "$want" ]; then
+  echo "sha256 mismatch for $url: want $want, got $got" >&2
+  exit 65
+fi
+chmod 644 "$tmp"
+mv -f -- "$tmp" "$dst"
+trap - EXIT`
+
+// Apply implements step.Step.
+func (s *Image) Apply(ctx context.Context, p step.Plan) error {
+	img := s.N.Cluster.Spec.Image
+	_, err := s.N.Host.Run(ctx, remote.Script(downloadScript, img.URL, s.N.ImagePath(), img.SHA256))
+	var ee *remote.ExitError
+	if errors.As(err, &ee) && ee.Code == 65 {
+		return fmt.Errorf("download image to %s on %s: %s; nothing was kept under the final name", s.N.ImagePath(), s.N.Name(), ee.Stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("download image to %s on %s: %w", s.N.ImagePath(), s.N.Name(), err)
+	}
+	s.N.Facts.ImageSHA256 = img.SHA256
+	return nil
+}

@@ -1,0 +1,139 @@
+// Package proxmox holds the vm phase's steps: they run on the Proxmox node
+// over SSH as root with qm, deciding from facts gathered in one round trip.
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+)
+
+// ManagedTag marks the VMs mgmtctl created (qm --tags).
+const ManagedTag = "mgmtctl"
+
+// Facts are what the vm phase knows about the node.
+type Facts struct {
+	VMExists bool
+	Config   map[string]string // qm config, when the VM exists
+	Running  bool
+	// ImageSHA256 is the sum of the file at the image's path, "" if absent.
+	ImageSHA256 string
+}
+
+// Node is the Proxmox node of one run: its connection and facts, shared by
+// the vm phase's steps.
+type Node struct {
+	Cluster *config.ManagementCluster
+	Host    remote.Host
+	Facts   Facts
+	// Created is set when this run created the VM: its SSH host key may
+	// then be learned on first contact.
+	Created bool
+}
+
+// Name is the node as the recap shows it.
+func (n *Node) Name() string { return n.Cluster.Spec.Proxmox.Node }
+
+// VMID as a string for qm.
+func (n *Node) VMID() string { return strconv.Itoa(n.Cluster.Spec.VM.ID) }
+
+// ImagePath is where the cloud image is kept on the node.
+func (n *Node) ImagePath() string {
+	u, err := url.Parse(n.Cluster.Spec.Image.URL)
+	if err != nil {
+		return ""
+	}
+	return path.Join(n.Cluster.Spec.Proxmox.ImageDir, path.Base(u.Path))
+}
+
+// ro is the node behind the read-only gate, for Check.
+func (n *Node) ro() remote.Host { return remote.ReadOnly(n.Host) }
+
+// Gather reads every fact in one round trip.
+func (n *Node) Gather(ctx context.Context) error {
+	res, err := remote.Batch(ctx, n.ro(), false,
+		remote.Query("qm", "config", n.VMID()),
+		remote.Query("qm", "status", n.VMID()),
+		remote.Query("sha256sum", "--", n.ImagePath()),
+	)
+	if err != nil {
+		return fmt.Errorf("gather facts on %s: %w", n.Name(), err)
+	}
+	f := Facts{}
+	switch {
+	case res[0].ExitCode == 0:
+		f.VMExists = true
+		f.Config = ParseConfig(string(res[0].Stdout))
+	case strings.Contains(string(res[0].Stderr), "does not exist"):
+	default:
+		return fmt.Errorf("qm config %s on %s exited %d: %s", n.VMID(), n.Name(), res[0].ExitCode, strings.TrimSpace(string(res[0].Stderr)))
+	}
+	if f.VMExists {
+		f.Running = strings.TrimSpace(string(res[1].Stdout)) == "status: running"
+	}
+	if res[2].ExitCode == 0 {
+		f.ImageSHA256 = strings.Fields(string(res[2].Stdout) + " ")[0]
+	}
+	n.Facts = f
+	return nil
+}
+
+// ParseConfig reads `qm config` output.
+func ParseConfig(out string) map[string]string {
+	c := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			c[k] = v
+		}
+	}
+	return c
+}
+
+// Ours reports whether the VM in the facts is mgmtctl's for this cluster.
+func (n *Node) Ours() bool {
+	c := n.Facts.Config
+	if c["name"] != n.Cluster.Metadata.Name {
+		return false
+	}
+	for _, t := range strings.FieldsFunc(c["tags"], func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
+		if t == ManagedTag {
+			return true
+		}
+	}
+	return false
+}
+
+// DiskBytes is scsi0's size from the facts.
+func (n *Node) DiskBytes() (int64, bool) {
+	for _, o := range strings.Split(n.Facts.Config["scsi0"], ",") {
+		if v, ok := strings.CutPrefix(o, "size="); ok {
+			return parseSize(v)
+		}
+	}
+	return 0, false
+}
+
+func parseSize(s string) (int64, bool) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult = 1 << 10
+	case strings.HasSuffix(s, "M"):
+		mult = 1 << 20
+	case strings.HasSuffix(s, "G"):
+		mult = 1 << 30
+	case strings.HasSuffix(s, "T"):
+		mult = 1 << 40
+	}
+	f, err := strconv.ParseFloat(strings.TrimRight(s, "KMGT"), 64)
+	if err != nil {
+		return 0, false
+	}
+	return int64(f * float64(mult)), true
+}

@@ -1,0 +1,87 @@
+package proxmox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// VMDialer connects to the VM. wait keeps trying (with bounded backoff)
+// until the VM answers or ctx ends; without it one attempt is made.
+type VMDialer func(ctx context.Context, wait bool) (remote.Host, error)
+
+// Reachable waits until the VM answers SSH with its user's key and
+// cloud-init is done: cloud-init still holding apt would break the k3s
+// phase. It never depends on the guest agent, which the cloud image lacks.
+type Reachable struct {
+	N    *Node
+	Dial VMDialer
+}
+
+var _ step.Step = (*Reachable)(nil)
+
+// ID implements step.Step.
+func (s *Reachable) ID() string { return "wait-ssh" }
+
+// Host implements step.Step.
+func (s *Reachable) Host() string { return s.N.Cluster.Metadata.Name }
+
+func (s *Reachable) addr() string {
+	a, _, _ := strings.Cut(s.N.Cluster.Spec.VM.Address, "/")
+	return a
+}
+
+func (s *Reachable) plan(why string) step.Plan {
+	return step.Plan{Changes: []step.Change{{Target: s.addr() + ":22", Action: step.Run,
+		Summary: fmt.Sprintf("wait for SSH on %s:22 and cloud-init (%s)", s.addr(), why)}}}
+}
+
+// Check implements step.Step.
+func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
+	if !s.N.Facts.VMExists || !s.N.Facts.Running {
+		return s.plan("VM not running yet"), nil
+	}
+	h, err := s.Dial(ctx, false)
+	var hk *remote.HostKeyError
+	switch {
+	case errors.As(err, &hk):
+		return step.Plan{}, err
+	case err != nil:
+		return s.plan("not answering yet"), nil
+	}
+	res, err := remote.ReadOnly(h).Run(ctx, remote.Query("cloud-init", "status"))
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("cloud-init status on %s: %w", s.Host(), err)
+	}
+	if out := strings.TrimSpace(string(res.Stdout)); !strings.HasSuffix(out, "status: done") {
+		return s.plan(strings.TrimPrefix(lastLine(out), "status: ")), nil
+	}
+	return step.Plan{Note: "SSH answers and cloud-init is done"}, nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(s, "\n")
+	return lines[len(lines)-1]
+}
+
+// Apply implements step.Step.
+func (s *Reachable) Apply(ctx context.Context, p step.Plan) error {
+	step.Progress(ctx, "waiting for SSH on "+s.addr()+":22")
+	h, err := s.Dial(ctx, true)
+	if err != nil {
+		return err
+	}
+	step.Progress(ctx, "waiting for cloud-init to finish")
+	res, err := h.Run(ctx, remote.Query("cloud-init", "status", "--wait"))
+	if err != nil {
+		return fmt.Errorf("wait for cloud-init on %s: %w", s.Host(), err)
+	}
+	if out := strings.TrimSpace(string(res.Stdout)); !strings.HasSuffix(out, "status: done") {
+		return fmt.Errorf("cloud-init on %s did not finish cleanly: %s (see /var/log/cloud-init.log on the VM)", s.Host(), lastLine(out))
+	}
+	return nil
+}

@@ -1,0 +1,205 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/shell"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// CreateVM creates the VM from the cloud image in one qm create, marked as
+// mgmtctl's; for a VM that exists it checks ownership and reports drift.
+type CreateVM struct {
+	N *Node
+	// AuthorizedKey is the VM user's public key line.
+	AuthorizedKey string
+}
+
+var _ step.Step = (*CreateVM)(nil)
+
+// ID implements step.Step.
+func (s *CreateVM) ID() string { return "create-vm" }
+
+// Host implements step.Step.
+func (s *CreateVM) Host() string { return s.N.Name() }
+
+func (s *CreateVM) keysFile() string {
+	return "/root/.mgmtctl-sshkeys-" + s.N.VMID() + ".pub"
+}
+
+// CreateArgs is the qm create command line (upstream-facts 1.2).
+func (s *CreateVM) CreateArgs() []string {
+	c := s.N.Cluster
+	vm, px := c.Spec.VM, c.Spec.Proxmox
+	net := "virtio,bridge=" + vm.Bridge
+	if vm.VLAN != 0 {
+		net += ",tag=" + strconv.Itoa(vm.VLAN)
+	}
+	return []string{"qm", "create", s.N.VMID(),
+		"--name", c.Metadata.Name,
+		"--cores", strconv.Itoa(vm.Cores),
+		"--memory", strconv.Itoa(vm.MemoryMiB),
+		"--net0", net,
+		"--scsihw", "virtio-scsi-pci",
+		"--scsi0", px.Storage + ":0,import-from=" + s.N.ImagePath(),
+		"--ide2", px.Storage + ":cloudinit",
+		"--boot", "order=scsi0",
+		"--serial0", "socket",
+		"--vga", "serial0",
+		"--agent", "1",
+		"--ciuser", vm.User,
+		"--sshkeys", s.keysFile(),
+		"--ipconfig0", "ip=" + vm.Address + ",gw=" + vm.Gateway,
+		"--nameserver", strings.Join(vm.Nameservers, " "),
+		"--tags", ManagedTag,
+	}
+}
+
+// Check implements step.Step.
+func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
+	n := s.N
+	if !n.Facts.VMExists {
+		line, err := shell.Join(s.CreateArgs()...)
+		if err != nil {
+			return step.Plan{}, err
+		}
+		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create,
+			Summary: fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Cluster.Metadata.Name, n.ImagePath()),
+			Diff:    &step.Diff{Path: "qm create", After: line + "\n"}}}}, nil
+	}
+	if !n.Ours() {
+		return step.Plan{}, fmt.Errorf("VMID %s on %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
+			n.VMID(), n.Name(), n.Facts.Config["name"], n.Facts.Config["tags"], n.Cluster.Metadata.Name)
+	}
+	return step.Plan{Note: fmt.Sprintf("VM %s (%s) exists", n.VMID(), n.Cluster.Metadata.Name), Warnings: s.drift()}, nil
+}
+
+// drift lists differences mgmtctl reports but leaves alone: it does not
+// reconfigure a VM's hardware or cloud-init settings in this version.
+func (s *CreateVM) drift() []string {
+	c := s.N.Facts.Config
+	want := map[string]string{}
+	args := s.CreateArgs()
+	for i := 3; i+1 < len(args); i += 2 {
+		want[strings.TrimPrefix(args[i], "--")] = args[i+1]
+	}
+	var out []string
+	for _, k := range []string{"cores", "memory", "ciuser", "ipconfig0", "nameserver"} {
+		if c[k] != want[k] {
+			out = append(out, fmt.Sprintf("VM %s %s is %q, config says %q (left alone)", s.N.VMID(), k, c[k], want[k]))
+		}
+	}
+	// net0 carries a MAC first; compare the rest.
+	got := strings.SplitN(c["net0"], ",", 2)
+	wantNet := strings.SplitN(want["net0"], ",", 2)
+	if len(got) < 2 || len(wantNet) < 2 || got[1] != wantNet[1] {
+		out = append(out, fmt.Sprintf("VM %s net0 is %q, config says %q (left alone)", s.N.VMID(), c["net0"], want["net0"]))
+	}
+	return out
+}
+
+// Apply implements step.Step.
+func (s *CreateVM) Apply(ctx context.Context, p step.Plan) error {
+	n := s.N
+	if _, err := n.Host.WriteFile(ctx, remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600}); err != nil {
+		return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
+	}
+	_, err := n.Host.Run(ctx, remote.Command(s.CreateArgs()...))
+	_, _ = n.Host.Run(ctx, remote.Command("rm", "-f", "--", s.keysFile()))
+	if err != nil {
+		return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
+	}
+	n.Created = true
+	return n.Gather(ctx)
+}
+
+// GrowDisk grows scsi0 to diskGiB; it never shrinks.
+type GrowDisk struct{ N *Node }
+
+var _ step.Step = (*GrowDisk)(nil)
+
+// ID implements step.Step.
+func (s *GrowDisk) ID() string { return "grow-disk" }
+
+// Host implements step.Step.
+func (s *GrowDisk) Host() string { return s.N.Name() }
+
+func (s *GrowDisk) want() int64 { return int64(s.N.Cluster.Spec.VM.DiskGiB) << 30 }
+
+// Check implements step.Step.
+func (s *GrowDisk) Check(ctx context.Context) (step.Plan, error) {
+	n := s.N
+	gib := n.Cluster.Spec.VM.DiskGiB
+	if !n.Facts.VMExists {
+		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID() + " scsi0", Action: step.Update,
+			Summary: fmt.Sprintf("grow scsi0 to %dG once the VM exists", gib)}}}, nil
+	}
+	cur, ok := n.DiskBytes()
+	if !ok {
+		return step.Plan{}, fmt.Errorf("VM %s on %s: cannot read scsi0's size from %q", n.VMID(), n.Name(), n.Facts.Config["scsi0"])
+	}
+	switch {
+	case cur == s.want():
+		return step.Plan{Note: fmt.Sprintf("scsi0 is %dG", gib)}, nil
+	case cur > s.want():
+		return step.Plan{}, fmt.Errorf("VM %s's disk is %s, larger than diskGiB %d; disks are never shrunk: set spec.vm.diskGiB to %d or more",
+			n.VMID(), human(cur), gib, (cur+(1<<30)-1)>>30)
+	}
+	return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID() + " scsi0", Action: step.Update,
+		Summary: fmt.Sprintf("grow scsi0 from %s to %dG", human(cur), gib)}}}, nil
+}
+
+func human(b int64) string {
+	if b%(1<<30) == 0 {
+		return fmt.Sprintf("%dG", b>>30)
+	}
+	return fmt.Sprintf("%dM", b>>20)
+}
+
+// Apply implements step.Step. qm resize exits 0 even when its worker fails
+// (upstream-facts 1.3), so the result is read back from qm config.
+func (s *GrowDisk) Apply(ctx context.Context, p step.Plan) error {
+	n := s.N
+	res, err := n.Host.Run(ctx, remote.Command("qm", "resize", n.VMID(), "scsi0", fmt.Sprintf("%dG", n.Cluster.Spec.VM.DiskGiB)))
+	if err != nil {
+		return fmt.Errorf("grow disk of VM %s on %s: %w", n.VMID(), n.Name(), err)
+	}
+	if err := n.Gather(ctx); err != nil {
+		return err
+	}
+	if cur, _ := n.DiskBytes(); cur != s.want() {
+		return fmt.Errorf("grow disk of VM %s on %s: size is still %s: %s", n.VMID(), n.Name(), human(cur), strings.TrimSpace(string(res.Stderr)))
+	}
+	return nil
+}
+
+// StartVM starts the VM when it is stopped.
+type StartVM struct{ N *Node }
+
+var _ step.Step = (*StartVM)(nil)
+
+// ID implements step.Step.
+func (s *StartVM) ID() string { return "start-vm" }
+
+// Host implements step.Step.
+func (s *StartVM) Host() string { return s.N.Name() }
+
+// Check implements step.Step.
+func (s *StartVM) Check(ctx context.Context) (step.Plan, error) {
+	if s.N.Facts.Running {
+		return step.Plan{Note: "VM " + s.N.VMID() + " is running"}, nil
+	}
+	return step.Plan{Changes: []step.Change{{Target: "VM " + s.N.VMID(), Action: step.Run, Summary: "start VM " + s.N.VMID()}}}, nil
+}
+
+// Apply implements step.Step.
+func (s *StartVM) Apply(ctx context.Context, p step.Plan) error {
+	if _, err := s.N.Host.Run(ctx, remote.Command("qm", "start", s.N.VMID())); err != nil {
+		return fmt.Errorf("start VM %s on %s: %w", s.N.VMID(), s.N.Name(), err)
+	}
+	return s.N.Gather(ctx)
+}
