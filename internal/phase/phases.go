@@ -37,7 +37,7 @@ func vmPhase(s *Session) step.Phase {
 		},
 		Steps: []step.Step{
 			&proxmox.Image{N: n},
-			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey},
+			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, BeforeCreate: s.MarkNewVM},
 			&proxmox.GrowDisk{N: n},
 			&proxmox.StartVM{N: n},
 			&proxmox.Reachable{N: n, Dial: dial},

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -124,6 +125,23 @@ func (s *Session) VMKnownHosts() string {
 	return s.Config.Env.Expand("~/.config/mgmtctl/known_hosts")
 }
 
+// newVMMarker is the laptop-side record that mgmtctl created the VM and has
+// not met its host key yet.
+func (s *Session) newVMMarker() string {
+	c := s.Config.Cluster
+	addr, _, _ := strings.Cut(c.Spec.VM.Address, "/")
+	return s.Config.Env.Expand(fmt.Sprintf("~/.config/mgmtctl/new-vm-%d-%s", c.Spec.VM.ID, addr))
+}
+
+// MarkNewVM records that this run is about to create the VM.
+func (s *Session) MarkNewVM() error {
+	p := s.newVMMarker()
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(s.Holder+"\n"), 0o600)
+}
+
 // VMTarget is the VM as an SSH target: its user, with sudo.
 func (s *Session) VMTarget() remote.Target {
 	vm := s.Config.Cluster.Spec.VM
@@ -143,6 +161,8 @@ func (s *Session) VMTarget() remote.Target {
 // before. With wait, it keeps trying until the VM answers or ctx ends.
 func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(string)) (remote.Host, error) {
 	t := s.VMTarget()
+	_, err := os.Stat(s.newVMMarker())
+	created = created || err == nil
 	if created && !s.forgotVMKey {
 		if err := remote.ForgetHostKey(s.VMKnownHosts(), t.Addr); err != nil {
 			return nil, fmt.Errorf("update %s: %w", s.VMKnownHosts(), err)
@@ -180,6 +200,7 @@ func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(
 		if s.Log != nil {
 			s.Log.Info("learned VM host key", "addr", t.Addr, "fingerprint", ssh.FingerprintSHA256(key))
 		}
+		_ = os.Remove(s.newVMMarker())
 	}
 	return h, nil
 }

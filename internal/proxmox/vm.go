@@ -17,6 +17,10 @@ type CreateVM struct {
 	N *Node
 	// AuthorizedKey is the VM user's public key line.
 	AuthorizedKey string
+	// BeforeCreate runs just before qm create: it records on the laptop that
+	// this VM is new, so its host key may be learned even if the run dies
+	// right after creating it.
+	BeforeCreate func() error
 }
 
 var _ step.Step = (*CreateVM)(nil)
@@ -105,6 +109,11 @@ func (s *CreateVM) drift() []string {
 // Apply implements step.Step.
 func (s *CreateVM) Apply(ctx context.Context, p step.Plan) error {
 	n := s.N
+	if s.BeforeCreate != nil {
+		if err := s.BeforeCreate(); err != nil {
+			return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
+		}
+	}
 	if _, err := n.Host.WriteFile(ctx, remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600}); err != nil {
 		return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
 	}

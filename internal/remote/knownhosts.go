@@ -47,13 +47,16 @@ func newHostKeys(files []string) (*hostKeys, error) {
 // the server is asked for a key we can verify rather than its favourite one
 // (which would look like a changed key).
 func (hk *hostKeys) algorithms(addr string) []string {
+	// For a host known_hosts says nothing about, ask for ed25519 first, so
+	// a learned key is the one people compare (ssh-keygen -lf ..._ed25519_key.pub).
+	preferred := []string{ssh.KeyAlgoED25519, ssh.KeyAlgoECDSA256, ssh.KeyAlgoECDSA384, ssh.KeyAlgoECDSA521, ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256}
 	if hk.cb == nil {
-		return nil
+		return preferred
 	}
 	err := hk.cb(addr, &net.TCPAddr{}, probeKey{})
 	var ke *knownhosts.KeyError
-	if !errors.As(err, &ke) {
-		return nil
+	if !errors.As(err, &ke) || len(ke.Want) == 0 {
+		return preferred
 	}
 	var algos []string
 	seen := map[string]bool{}

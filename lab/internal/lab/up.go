@@ -184,11 +184,9 @@ func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
 			Users:    []host.User{{Name: "root", AuthorizedKeys: laptopKey}}, RootLogin: true,
 			Hosts: hosts, CACert: caPEM,
 			Files: map[string]host.File{
-				"/etc/labsim/lab.json":                          {Content: string(labJSON) + "\n", Mode: 0o644},
-				"/var/lib/vz/template/iso/.keep":                {Mode: 0o644},
-				"/etc/pve/nodes/" + Node + "/.keep":             {Mode: 0o644},
-				"/etc/pve/nodes/" + Node + "/qemu-server/.keep": {Mode: 0o644},
+				"/etc/labsim/lab.json": {Content: string(labJSON) + "\n", Mode: 0o644},
 			},
+			Dirs:       []string{"/var/lib/vz/template/iso", "/etc/pve/nodes/" + Node + "/qemu-server"},
 			Links:      map[string]string{"/usr/local/sbin/qm": host.SimBinary, "/usr/local/sbin/pvesh": host.SimBinary},
 			HostKeyOut: l.HostDisk("pve") + "/ssh_host_ed25519_key.pub",
 			Role:       "pve",

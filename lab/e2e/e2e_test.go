@@ -1,0 +1,125 @@
+// Package e2e runs the real mgmtctl binary, inside the lab's laptop
+// namespace, against the simulated Proxmox node and VMs.
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
+)
+
+var (
+	buildOnce sync.Once
+	mgmtctl   string
+	buildErr  error
+)
+
+// binary builds mgmtctl from the repository root once.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mgmtctl-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		mgmtctl = filepath.Join(dir, "mgmtctl")
+		cmd := exec.Command("go", "build", "-o", mgmtctl, "./cmd/mgmtctl")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build mgmtctl: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return mgmtctl
+}
+
+type env struct {
+	*labtest.Lab
+	t   *testing.T
+	bin string
+}
+
+func start(t *testing.T) *env {
+	labtest.Skip(t)
+	bin := binary(t)
+	return &env{Lab: labtest.Start(t), t: t, bin: bin}
+}
+
+// mgmtctl runs the tool in the laptop namespace.
+func (e *env) mgmtctl(args ...string) labtest.Result {
+	e.t.Helper()
+	return e.Run("", append([]string{e.bin}, append(args, "-c", e.ConfigPath())...)...)
+}
+
+func (e *env) apply(args ...string) labtest.Result {
+	e.t.Helper()
+	return e.mgmtctl(append([]string{"apply"}, args...)...)
+}
+
+// editConfig rewrites mgmt.yaml with one replacement.
+func (e *env) editConfig(from, to string) {
+	e.t.Helper()
+	b, err := os.ReadFile(e.ConfigPath())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !strings.Contains(string(b), from) {
+		e.t.Fatalf("mgmt.yaml has no %q", from)
+	}
+	if err := os.WriteFile(e.ConfigPath(), []byte(strings.Replace(string(b), from, to, 1)), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// pveState hashes the Proxmox node's VM configs, volumes and image
+// directory, as they sit on its disk, to compare before and after.
+func (e *env) pveState() string {
+	e.t.Helper()
+	root := filepath.Join(e.HostDisk("pve"), "upper")
+	var lines []string
+	for _, sub := range []string{"etc/pve", "var/lib/vz", "var/lib/labsim/storage", "root"} {
+		filepath.WalkDir(filepath.Join(root, sub), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			s := sha256.Sum256(b)
+			rel, _ := filepath.Rel(root, p)
+			lines = append(lines, rel+" "+hex.EncodeToString(s[:8]))
+			return nil
+		})
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func recap(t *testing.T, r labtest.Result) string {
+	t.Helper()
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		if strings.HasPrefix(l, "total: ") {
+			return l
+		}
+	}
+	t.Fatalf("no recap in output:\n%s\n%s", r.Stdout, r.Stderr)
+	return ""
+}
+
+func mustSucceed(t *testing.T, r labtest.Result, what string) {
+	t.Helper()
+	if r.Code != 0 {
+		t.Fatalf("%s: exit %d\n%s\n%s", what, r.Code, r.Stdout, r.Stderr)
+	}
+}
