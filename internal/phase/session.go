@@ -174,6 +174,9 @@ func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(
 	if wait {
 		// A booting VM: keep knocking with a bounded backoff; the step's
 		// context bounds the whole wait.
+		// Short attempts: a SYN lost while the guest boots is resent by a
+		// new attempt rather than by TCP's slow retransmit schedule.
+		d.Timeout = 5 * time.Second
 		d.Retry = remote.Retry{Attempts: 1 << 20, Backoff: func(n int) time.Duration {
 			return min(250*time.Millisecond<<min(n, 4), 3*time.Second)
 		}, OnRetry: func(n int, err error) {

@@ -35,6 +35,8 @@ type Node struct {
 	// Created is set when this run created the VM: its SSH host key may
 	// then be learned on first contact.
 	Created bool
+	// Started is set when this run started the VM: it is still booting.
+	Started bool
 }
 
 // Name is the node as the recap shows it.

@@ -45,6 +45,9 @@ func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
 	if !s.N.Facts.VMExists || !s.N.Facts.Running {
 		return s.plan("VM not running yet"), nil
 	}
+	if s.N.Started {
+		return s.plan("VM is booting"), nil
+	}
 	h, err := s.Dial(ctx, false)
 	var hk *remote.HostKeyError
 	switch {

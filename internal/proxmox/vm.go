@@ -210,5 +210,6 @@ func (s *StartVM) Apply(ctx context.Context, p step.Plan) error {
 	if _, err := s.N.Host.Run(ctx, remote.Command("qm", "start", s.N.VMID())); err != nil {
 		return fmt.Errorf("start VM %s on %s: %w", s.N.VMID(), s.N.Name(), err)
 	}
+	s.N.Started = true
 	return s.N.Gather(ctx)
 }

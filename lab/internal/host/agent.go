@@ -91,6 +91,13 @@ func Run(spec *Spec, stdout io.Writer) error {
 		go func(svc func(context.Context) error) { errc <- svc(ctx) }(svc)
 	}
 	if spec.Role == "vm" {
+		// A guest announces its address once its network is up, so
+		// neighbours that cached an earlier VM's MAC for it learn the new
+		// one (the kernel's own announcement at link-up is sent before the
+		// veth's queue runs, and is lost).
+		if err := run("arping", "-U", "-c", "2", "-w", "2", "-I", "eth0", spec.Addr); err != nil {
+			fmt.Fprintln(os.Stderr, "announce address:", err)
+		}
 		go cloudInit(spec)
 	}
 	fmt.Fprintln(stdout, "READY")

@@ -80,10 +80,11 @@ func (n Net) AddHost(host, addr, ifTag, mac string) error {
 	}
 	steps = append(steps, [][]string{
 		{"ip", "-n", ns, "addr", "add", addr + "/" + strconv.Itoa(Prefix), "dev", "eth0"},
-		{"ip", "-n", ns, "link", "set", "eth0", "up"},
-		{"ip", "-n", ns, "route", "add", "default", "via", Gateway},
+		// The bridge side first, so the host's first packets go somewhere.
 		{"ip", "-n", br, "link", "set", peer, "master", "br0"},
 		{"ip", "-n", br, "link", "set", peer, "up"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "route", "add", "default", "via", Gateway},
 	}...)
 	for _, s := range steps {
 		if _, err := run(s...); err != nil {
