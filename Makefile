@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build test vet bench demo clean
+.PHONY: all build test vet bench demo lab-down clean
 
 all: build
 
@@ -29,3 +29,6 @@ demo: build
 
 clean:
 	rm -rf $(BIN)
+
+lab-down:
+	bin/labsim down --dir .lab
