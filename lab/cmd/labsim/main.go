@@ -16,6 +16,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/internal/host"
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 	"github.com/mgmtctl/mgmtctl/lab/internal/mirror"
+	"github.com/mgmtctl/mgmtctl/lab/internal/pveapi"
 	"github.com/mgmtctl/mgmtctl/lab/internal/qm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/vmos"
 )
@@ -125,6 +126,22 @@ func runAgent(specPath string) int {
 				return err == nil
 			}}
 		spec.Services = append(spec.Services, m.Run)
+	}
+	if spec.Role == "pve" {
+		api := &pveapi.Server{Addr: spec.Addr,
+			CertFile: filepath.Join(spec.LabDir, "pki/pve.crt"), KeyFile: filepath.Join(spec.LabDir, "pki/pve.key"),
+			Token: func() (string, string, error) {
+				b, err := os.ReadFile(filepath.Join(spec.LabDir, "pki/pve-token"))
+				if err != nil {
+					return "", "", err
+				}
+				f := strings.Fields(string(b))
+				if len(f) != 2 {
+					return "", "", fmt.Errorf("bad token file")
+				}
+				return f[0], f[1], nil
+			}}
+		spec.Services = append(spec.Services, api.Run)
 	}
 	if err := host.Run(&spec, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "labsim agent:", err)

@@ -60,6 +60,10 @@ func (l *Lab) HostDisk(name string) string  { return l.path("hosts", name) }
 func (l *Lab) VMDisk(vmid int) string       { return l.path("vms", fmt.Sprint(vmid)) }
 func (l *Lab) FaultPath(name string) string { return l.path("faults", name) }
 
+// TokenPath holds the API token the simulated Proxmox accepts:
+// "<tokenid> <secret>".
+func (l *Lab) TokenPath() string { return l.path("pki", "pve-token") }
+
 // made lists what Up creates in Dir, so Down removes exactly that.
 var made = []string{".labsim", "bin", "hosts", "vms", "laptop", "mirror", "pki", "faults", "mgmt.yaml", "secrets.yaml",
 	"control.sock", "daemon.log", "daemon.pid", "state.json"}

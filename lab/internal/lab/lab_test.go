@@ -48,6 +48,26 @@ func TestPlainSSHToProxmox(t *testing.T) {
 	if r := l.PVE("curl -sS -o /dev/null -w '%{http_code}' https://cloud-images.ubuntu.com/noble/20991231/x.img"); r.Stdout != "404" {
 		t.Errorf("unknown path: %+v", r)
 	}
+	// The Proxmox API accepts the lab's token, and only it, the way CAPMOX
+	// authenticates.
+	tok, err := os.ReadFile(l.TokenPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(tok))
+	ca := filepath.Join(l.Dir, "pki/ca.crt")
+	api := func(auth string) labtest.Result {
+		return l.Run("", "curl", "-sS", "--cacert", ca, "-o", "/dev/null", "-w", "%{http_code}", "-H", "Authorization: "+auth, "https://"+lab.PVEAddr+":8006/api2/json/version")
+	}
+	if r := api("PVEAPIToken=" + f[0] + "=" + f[1]); r.Stdout != "200" {
+		t.Errorf("right token: %+v", r)
+	}
+	if r := api("PVEAPIToken=" + f[0] + "=00000000-0000-4000-8000-000000000000"); r.Stdout != "401" {
+		t.Errorf("wrong secret: %+v", r)
+	}
+	if b, _ := os.ReadFile(l.SecretsPath()); !strings.Contains(string(b), "tokenSecret: "+f[1]) {
+		t.Errorf("secrets.yaml does not hold the node's token secret")
+	}
 }
 
 func TestVMLifecycle(t *testing.T) {

@@ -267,6 +267,11 @@ func (l *Lab) writeConfig(imageSHA string) error {
 	s := hex.EncodeToString(secret)
 	uuid := s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
 	if !exists(l.SecretsPath()) {
+		// The node's side of the token (what `pveum user token add` made)
+		// and the user's copy of its secret.
+		if err := os.WriteFile(l.TokenPath(), []byte(TokenID+" "+uuid+"\n"), 0o600); err != nil {
+			return err
+		}
 		if err := os.WriteFile(l.SecretsPath(), []byte("proxmox:\n  tokenSecret: "+uuid+"\n"), 0o600); err != nil {
 			return err
 		}
