@@ -29,6 +29,12 @@ func main() {
 		os.Exit(runPvesh(os.Args[1:]))
 	case "cloud-init":
 		os.Exit(vmos.CloudInit(os.Args[1:], os.Stdout, os.Stderr))
+	case "apt-get", "apt":
+		os.Exit(vmos.AptGet(os.Args[1:], os.Stdout, os.Stderr))
+	case "dpkg-query":
+		os.Exit(vmos.DpkgQuery(os.Args[1:], os.Stdout, os.Stderr))
+	case "systemctl":
+		os.Exit(vmos.Systemctl(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(cli(os.Args[1:]))
 }

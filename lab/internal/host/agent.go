@@ -8,9 +8,11 @@ package host
 
 import (
 	"bufio"
+
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/mgmtctl/mgmtctl/lab/internal/vmos"
 	"io"
 	"os"
 	"os/exec"
@@ -95,6 +97,7 @@ func Run(spec *Spec, stdout io.Writer) error {
 		// neighbours that cached an earlier VM's MAC for it learn the new
 		// one (the kernel's own announcement at link-up is sent before the
 		// veth's queue runs, and is lost).
+		vmos.Boot()
 		if err := run("arping", "-U", "-c", "2", "-w", "2", "-I", "eth0", spec.Addr); err != nil {
 			fmt.Fprintln(os.Stderr, "announce address:", err)
 		}

@@ -309,12 +309,16 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 	hosts["pve"] = PVEAddr
 	return &host.Spec{
 		Name: fmt.Sprintf("vm%d", vmid), Hostname: name, Addr: ip, Disk: d.l.VMDisk(vmid), LabDir: d.l.Dir,
-		Overlays:   []string{"/etc", "/root", "/home", "/var", "/usr", "/opt", "/srv"},
-		Users:      []host.User{{Name: user, Sudo: true, AuthorizedKeys: keys}},
-		Hosts:      hosts,
-		CACert:     d.caPEM(),
-		Files:      map[string]host.File{"/etc/resolv.conf": {Content: resolv, Mode: 0o644}},
-		Links:      map[string]string{"/usr/local/bin/cloud-init": host.SimBinary},
+		Overlays: []string{"/etc", "/root", "/home", "/var", "/usr", "/opt", "/srv"},
+		Users:    []host.User{{Name: user, Sudo: true, AuthorizedKeys: keys}},
+		Hosts:    hosts,
+		CACert:   d.caPEM(),
+		Files:    map[string]host.File{"/etc/resolv.conf": {Content: resolv, Mode: 0o644}},
+		Links: map[string]string{
+			"/usr/local/bin/cloud-init": host.SimBinary, "/usr/local/bin/apt-get": host.SimBinary,
+			"/usr/local/bin/apt": host.SimBinary, "/usr/local/bin/dpkg-query": host.SimBinary,
+			"/usr/local/bin/systemctl": host.SimBinary,
+		},
 		HostKeyOut: d.l.VMDisk(vmid) + "/ssh_host_ed25519_key.pub",
 		Role:       "vm", CloudInitDelay: delay, MAC: mac,
 	}, nil

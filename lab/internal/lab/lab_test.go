@@ -105,9 +105,19 @@ func TestVMLifecycle(t *testing.T) {
 	if r := l.PVE("qm destroy 110"); r.Code == 0 || !strings.Contains(r.Stderr, "VM 110 is running - destroy failed") {
 		t.Errorf("destroy running: %+v", r)
 	}
-	// The guest agent is not in Ubuntu's cloud image until installed.
+	// The guest agent is not in Ubuntu's cloud image until installed and
+	// started; then qm guest answers from inside the VM.
 	if r := l.PVE("qm guest cmd 110 ping"); r.Code == 0 || r.Stderr != "QEMU guest agent is not running\n" {
 		t.Errorf("guest cmd: %+v", r)
+	}
+	if r := l.SSH("ubuntu", lab.VMAddr, kh, "sudo apt-get install -y qemu-guest-agent && dpkg-query -W -f='${Status}' qemu-guest-agent && sudo systemctl start qemu-guest-agent && systemctl is-active qemu-guest-agent"); r.Code != 0 || !strings.HasSuffix(r.Stdout, "install ok installedactive\n") {
+		t.Fatalf("install guest agent: %+v", r)
+	}
+	if r := l.PVE("qm guest cmd 110 network-get-interfaces"); r.Code != 0 || !strings.Contains(r.Stdout, `"ip-address" : "192.0.2.50"`) {
+		t.Errorf("network-get-interfaces: %+v", r)
+	}
+	if r := l.PVE("qm guest exec 110 -- cat /etc/ssh/ssh_host_ed25519_key.pub"); r.Code != 0 || !strings.Contains(r.Stdout, strings.Fields(hostKey)[1]) {
+		t.Errorf("guest exec: %+v", r)
 	}
 	// A file written on the VM's disk survives stop/start, and so does its
 	// host key; the namespace goes away while it is stopped.

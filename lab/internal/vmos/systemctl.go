@@ -1,0 +1,248 @@
+package vmos
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Unit state lives on the VM's disk so the lab daemon can read it (the
+// guest agent answers only while its unit is active): <unit>.active while
+// running, <unit>.enabled when enabled, <unit>.log one line per start,
+// restart and stop.
+const unitState = "var/lib/labsim/units"
+
+var unitDirs = []string{"etc/systemd/system", "usr/lib/systemd/system", "lib/systemd/system"}
+
+func unitName(u string) string {
+	if !strings.Contains(u, ".") {
+		return u + ".service"
+	}
+	return u
+}
+
+func unitFile(u string) (string, bool) {
+	for _, d := range unitDirs {
+		f := p(filepath.Join(d, u))
+		if _, err := os.Stat(f); err == nil {
+			return f, true
+		}
+	}
+	return "", false
+}
+
+func state(u, kind string) string { return p(filepath.Join(unitState, u+"."+kind)) }
+
+func isActive(u string) bool {
+	b, err := os.ReadFile(state(u, "active"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid == 0 {
+		return true // a unit with nothing to run (the guest agent's stand-in)
+	}
+	return syscall.Kill(pid, 0) == nil
+}
+
+func record(u, what string) {
+	_ = os.MkdirAll(p(unitState), 0o755)
+	f, err := os.OpenFile(state(u, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err == nil {
+		fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), what)
+		f.Close()
+	}
+}
+
+// execStart reads a unit's ExecStart, joining backslash continuations and
+// unquoting single-quoted words (the k3s installer writes them so).
+func execStart(file string) []string {
+	b, _ := os.ReadFile(file)
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "ExecStart="); ok {
+			var argv []string
+			for _, w := range strings.Fields(v) {
+				argv = append(argv, strings.Trim(w, "'\""))
+			}
+			return argv
+		}
+	}
+	return nil
+}
+
+func start(u string) error {
+	file, ok := unitFile(u)
+	if !ok {
+		return fmt.Errorf("Unit %s not found.", u)
+	}
+	if isActive(u) {
+		return nil
+	}
+	_ = os.MkdirAll(p(unitState), 0o755)
+	pid := 0
+	if argv := execStart(file); len(argv) > 0 && u != "qemu-guest-agent.service" {
+		if _, err := os.Stat(argv[0]); err != nil {
+			return fmt.Errorf("Job for %s failed because the control process exited with error code.", u)
+		}
+		logf, _ := os.OpenFile(p("var/log/"+strings.TrimSuffix(u, ".service")+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("Job for %s failed: %v", u, err)
+		}
+		pid = cmd.Process.Pid
+		_ = cmd.Process.Release()
+	}
+	record(u, "start")
+	return os.WriteFile(state(u, "active"), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+}
+
+func stop(u string) {
+	b, err := os.ReadFile(state(u, "active"))
+	if err != nil {
+		return
+	}
+	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+	}
+	_ = os.Remove(state(u, "active"))
+	record(u, "stop")
+}
+
+// Systemctl implements the systemctl verbs the k3s phase and the k3s
+// installer use, with systemctl's messages and exit codes (3 for an
+// inactive unit from is-active, 5 for a missing unit).
+func Systemctl(args []string, stdout, stderr io.Writer) int {
+	var words []string
+	now := false
+	for _, a := range args {
+		switch {
+		case a == "--now":
+			now = true
+		case strings.HasPrefix(a, "-"):
+		default:
+			words = append(words, a)
+		}
+	}
+	if len(words) == 0 {
+		fmt.Fprintln(stderr, "systemctl: listing units is not simulated")
+		return 1
+	}
+	verb, units := words[0], words[1:]
+	if verb == "daemon-reload" {
+		return 0
+	}
+	code := 0
+	for _, raw := range units {
+		u := unitName(filepath.Base(raw))
+		switch verb {
+		case "start", "restart", "enable", "disable", "stop":
+			if os.Geteuid() != 0 {
+				fmt.Fprintln(stderr, "Failed to "+verb+" "+u+": Access denied")
+				return 1
+			}
+		}
+		_, exists := unitFile(u)
+		switch verb {
+		case "start", "restart":
+			if !exists {
+				fmt.Fprintf(stderr, "Failed to %s %s: Unit %s not found.\n", verb, u, u)
+				code = 5
+				continue
+			}
+			if verb == "restart" && isActive(u) {
+				stop(u)
+				record(u, "restart")
+			}
+			if err := start(u); err != nil {
+				fmt.Fprintln(stderr, err)
+				code = 1
+			}
+		case "stop":
+			stop(u)
+		case "enable":
+			if !exists {
+				fmt.Fprintf(stderr, "Failed to enable unit: Unit file %s does not exist.\n", u)
+				code = 1
+				continue
+			}
+			_ = os.MkdirAll(p(unitState), 0o755)
+			if _, err := os.Stat(state(u, "enabled")); err != nil {
+				fmt.Fprintf(stderr, "Created symlink /etc/systemd/system/multi-user.target.wants/%s → /etc/systemd/system/%s.\n", u, u)
+			}
+			_ = os.WriteFile(state(u, "enabled"), nil, 0o644)
+			if now {
+				if err := start(u); err != nil {
+					fmt.Fprintln(stderr, err)
+					code = 1
+				}
+			}
+		case "disable":
+			_ = os.Remove(state(u, "enabled"))
+		case "is-active":
+			if isActive(u) {
+				fmt.Fprintln(stdout, "active")
+			} else {
+				fmt.Fprintln(stdout, "inactive")
+				code = 3
+			}
+		case "is-enabled":
+			if _, err := os.Stat(state(u, "enabled")); err == nil {
+				fmt.Fprintln(stdout, "enabled")
+			} else if exists {
+				fmt.Fprintln(stdout, "disabled")
+				code = 1
+			} else {
+				fmt.Fprintf(stderr, "Failed to get unit file state for %s: No such file or directory\n", u)
+				code = 1
+			}
+		case "status":
+			if !exists {
+				fmt.Fprintf(stderr, "Unit %s could not be found.\n", u)
+				code = 4
+				continue
+			}
+			st := "inactive (dead)"
+			if isActive(u) {
+				st = "active (running)"
+			} else {
+				code = 3
+			}
+			fmt.Fprintf(stdout, "● %s\n     Active: %s\n", u, st)
+		default:
+			fmt.Fprintf(stderr, "Unknown command verb %s.\n", verb)
+			return 1
+		}
+	}
+	return code
+}
+
+// Boot brings units to their boot state: nothing runs after a power-off;
+// enabled units start.
+func Boot() {
+	entries, _ := os.ReadDir(p(unitState))
+	for _, e := range entries {
+		if u, ok := strings.CutSuffix(e.Name(), ".active"); ok {
+			_ = os.Remove(p(filepath.Join(unitState, e.Name())))
+			record(u, "power-off")
+		}
+	}
+	for _, e := range entries {
+		if u, ok := strings.CutSuffix(e.Name(), ".enabled"); ok {
+			_ = start(u)
+		}
+	}
+	// The guest agent's unit is static: udev starts it at boot when the
+	// VM has the agent's virtio port (qm --agent 1).
+	if installed("qemu-guest-agent") {
+		_ = start("qemu-guest-agent.service")
+	}
+}

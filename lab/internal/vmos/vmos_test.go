@@ -1,0 +1,79 @@
+package vmos
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func setRoot(t *testing.T) {
+	old := Root
+	Root = t.TempDir()
+	t.Cleanup(func() { Root = old })
+}
+
+func run(f func([]string, *bytes.Buffer, *bytes.Buffer) int, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := f(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func apt(a []string, o, e *bytes.Buffer) int    { return AptGet(a, o, e) }
+func dpkg(a []string, o, e *bytes.Buffer) int   { return DpkgQuery(a, o, e) }
+func sysctl(a []string, o, e *bytes.Buffer) int { return Systemctl(a, o, e) }
+
+func TestAptWaitsForCloudInit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("apt-get insists on root, as upstream")
+	}
+	setRoot(t)
+	code, _, stderr := run(apt, "install", "-y", "qemu-guest-agent")
+	if code != 100 || !strings.Contains(stderr, "E: Could not get lock /var/lib/dpkg/lock-frontend") {
+		t.Fatalf("while cloud-init runs: %d %q", code, stderr)
+	}
+	os.MkdirAll(filepath.Join(Root, "run/cloud-init"), 0o755)
+	os.WriteFile(filepath.Join(Root, "run/cloud-init/result.json"), []byte("{}"), 0o644)
+
+	if code, _, stderr := run(dpkg, "-W", "-f=${Status}", "qemu-guest-agent"); code != 1 || stderr != "dpkg-query: no packages found matching qemu-guest-agent\n" {
+		t.Errorf("dpkg-query before install: %d %q", code, stderr)
+	}
+	code, out, _ := run(apt, "install", "-y", "qemu-guest-agent")
+	if code != 0 || !strings.Contains(out, "0 upgraded, 1 newly installed") || !strings.Contains(out, "Setting up qemu-guest-agent (1:8.2.2+ds-0ubuntu1.4) ...") {
+		t.Errorf("install: %d %q", code, out)
+	}
+	if _, out, _ := run(apt, "install", "-y", "qemu-guest-agent"); !strings.Contains(out, "qemu-guest-agent is already the newest version") {
+		t.Errorf("reinstall: %q", out)
+	}
+	if code, out, _ := run(dpkg, "-W", "-f=${Status}", "qemu-guest-agent"); code != 0 || out != "install ok installed" {
+		t.Errorf("dpkg-query: %d %q", code, out)
+	}
+	if code, _, stderr := run(apt, "install", "-y", "no-such-pkg"); code != 100 || stderr != "E: Unable to locate package no-such-pkg\n" {
+		t.Errorf("unknown package: %d %q", code, stderr)
+	}
+
+	// The static unit is inactive until started; then active; a boot
+	// starts it again (udev), and a restart is logged once.
+	if code, out, _ := run(sysctl, "is-active", "qemu-guest-agent"); code != 3 || out != "inactive\n" {
+		t.Errorf("is-active: %d %q", code, out)
+	}
+	if code, _, e := run(sysctl, "start", "qemu-guest-agent"); code != 0 {
+		t.Fatalf("start: %s", e)
+	}
+	if code, out, _ := run(sysctl, "is-active", "qemu-guest-agent.service"); code != 0 || out != "active\n" {
+		t.Errorf("is-active after start: %d %q", code, out)
+	}
+	run(sysctl, "restart", "qemu-guest-agent")
+	log, _ := os.ReadFile(filepath.Join(Root, unitState, "qemu-guest-agent.service.log"))
+	if strings.Count(string(log), " restart") != 1 {
+		t.Errorf("restart log:\n%s", log)
+	}
+	Boot()
+	if !isActive("qemu-guest-agent.service") {
+		t.Error("guest agent not started at boot")
+	}
+	if code, _, e := run(sysctl, "start", "k3s"); code != 5 || !strings.Contains(e, "Unit k3s.service not found.") {
+		t.Errorf("missing unit: %d %q", code, e)
+	}
+}
