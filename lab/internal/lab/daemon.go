@@ -313,7 +313,10 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 		Users:    []host.User{{Name: user, Sudo: true, AuthorizedKeys: keys}},
 		Hosts:    hosts,
 		CACert:   d.caPEM(),
-		Files:    map[string]host.File{"/etc/resolv.conf": {Content: resolv, Mode: 0o644}},
+		Files: map[string]host.File{
+			"/etc/resolv.conf":     {Content: resolv, Mode: 0o644},
+			"/etc/labsim/lab.json": {Content: fmt.Sprintf("{\"dir\":%q,\"node\":%q}\n", d.l.Dir, Node), Mode: 0o644},
+		},
 		Links: map[string]string{
 			"/usr/local/bin/cloud-init": host.SimBinary, "/usr/local/bin/apt-get": host.SimBinary,
 			"/usr/local/bin/apt": host.SimBinary, "/usr/local/bin/dpkg-query": host.SimBinary,

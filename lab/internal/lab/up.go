@@ -37,7 +37,11 @@ const TokenID = "capmox@pve!capi"
 
 // Up builds the lab and returns when it is ready. It is idempotent: a lab
 // that is up is left as it is.
-func (l *Lab) Up(out io.Writer) error {
+//
+// crds is the directory of upstream CRD fixtures (shared/fixtures/crds);
+// the lab's k3s applies helm-controller's from there, as k3s applies the
+// ones it embeds.
+func (l *Lab) Up(out io.Writer, crds string) error {
 	if l.daemonAlive() {
 		fmt.Fprintf(out, "lab already up in %s\n", l.Dir)
 		return nil
@@ -56,6 +60,9 @@ func (l *Lab) Up(out io.Writer) error {
 	}
 	if err := copySelf(l.Binary()); err != nil {
 		return err
+	}
+	if err := copyTree(crds, l.path("crds")); err != nil {
+		return fmt.Errorf("copy CRD fixtures from %s: %w", crds, err)
 	}
 	ca, err := pki.LoadOrCreate(l.path("pki"))
 	if err != nil {
@@ -121,6 +128,24 @@ func copySelf(dst string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+func copyTree(src, dst string) error {
+	return filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
 }
 
 func same(a, b string) bool {

@@ -1,0 +1,410 @@
+package k3s
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"sigs.k8s.io/yaml"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
+)
+
+// Paths k3s uses (upstream-facts 2.3-2.5).
+const (
+	ConfigFile   = "/etc/rancher/k3s/config.yaml"
+	KubeConfig   = "/etc/rancher/k3s/k3s.yaml"
+	DataDir      = "/var/lib/rancher/k3s/server"
+	ManifestsDir = "/var/lib/rancher/k3s/server/manifests"
+	port         = "6443"
+)
+
+// Config is what k3s reads from config.yaml (CLI flag names without --).
+type Config struct {
+	TLSSAN              []string `json:"tls-san"`
+	Disable             []string `json:"disable"`
+	WriteKubeconfigMode string   `json:"write-kubeconfig-mode"`
+	NodeIP              string   `json:"node-ip"`
+}
+
+// LoadConfig reads config.yaml; repeatable flags accept a list or a
+// single string, as k3s does.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return c, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return c, fmt.Errorf("parse %s: %w", path, err)
+	}
+	list := func(v any) []string {
+		switch t := v.(type) {
+		case string:
+			return strings.Split(t, ",")
+		case []any:
+			var out []string
+			for _, e := range t {
+				out = append(out, fmt.Sprint(e))
+			}
+			return out
+		}
+		return nil
+	}
+	c.TLSSAN = list(raw["tls-san"])
+	c.Disable = list(raw["disable"])
+	if v, ok := raw["write-kubeconfig-mode"]; ok {
+		c.WriteKubeconfigMode = fmt.Sprint(v)
+	}
+	if v, ok := raw["node-ip"]; ok {
+		c.NodeIP = fmt.Sprint(v)
+	}
+	return c, nil
+}
+
+func nodeIP() string {
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// SANs are what k3s puts in the apiserver's serving certificate.
+func SANs(hostname, ip string, extra []string) ([]string, []net.IP) {
+	names := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost", hostname}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.43.0.1"), net.ParseIP(ip)}
+	for _, s := range extra {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if p := net.ParseIP(s); p != nil {
+			ips = append(ips, p)
+		} else {
+			names = append(names, s)
+		}
+	}
+	return names, ips
+}
+
+func writeFile(p string, b []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(p, b, mode)
+}
+
+func logf(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "time=%q level=info msg=%q\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
+}
+
+// Server runs `k3s server` until SIGTERM.
+func Server(args []string, log io.Writer) error {
+	cfg, err := LoadConfig(ConfigFile)
+	if err != nil {
+		return err
+	}
+	logf(log, "Starting k3s %s (%s)", Version(), commit(Version()))
+	hostname, _ := os.Hostname()
+	ip := cfg.NodeIP
+	if ip == "" {
+		ip = nodeIP()
+	}
+	tls := filepath.Join(DataDir, "tls")
+	serverCA, err := pki.LoadOrCreate(filepath.Join(tls, "server-ca"))
+	if err != nil {
+		return err
+	}
+	clientCA, err := pki.LoadOrCreate(filepath.Join(tls, "client-ca"))
+	if err != nil {
+		return err
+	}
+	names, ips := SANs(hostname, ip, cfg.TLSSAN)
+	servCert, servKey, err := serverCA.Issue("k3s", names, ips)
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(tls, "serving-kube-apiserver.crt"), servCert, 0o644); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(tls, "serving-kube-apiserver.key"), servKey, 0o600); err != nil {
+		return err
+	}
+	adminCert, adminKey, err := clientCA.IssueClient("system:admin", []string{"system:masters"})
+	if err != nil {
+		return err
+	}
+	saKey := filepath.Join(tls, "service.key")
+	if _, err := os.Stat(saKey); err != nil {
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		der, _ := x509.MarshalECPrivateKey(k)
+		if err := writeFile(saKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return err
+		}
+	}
+
+	etcd, err := startEtcd(filepath.Join(DataDir, "db", "etcd"))
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	apiArgs := []string{
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address=0.0.0.0", "--secure-port=" + port, "--advertise-address=" + ip,
+		"--tls-cert-file=" + filepath.Join(tls, "serving-kube-apiserver.crt"),
+		"--tls-private-key-file=" + filepath.Join(tls, "serving-kube-apiserver.key"),
+		"--client-ca-file=" + filepath.Join(tls, "client-ca", "ca.crt"),
+		"--service-account-key-file=" + saKey, "--service-account-signing-key-file=" + saKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--api-audiences=https://kubernetes.default.svc.cluster.local,k3s",
+		"--authorization-mode=Node,RBAC", "--anonymous-auth=false",
+		"--service-cluster-ip-range=10.43.0.0/16", "--allow-privileged=true",
+		"--enable-admission-plugins=NodeRestriction",
+		"--profiling=false", "--cert-dir=" + filepath.Join(tls, "temporary-certs"),
+	}
+	apiDone := make(chan int, 1)
+	go func() {
+		cmd := app.NewAPIServerCommand()
+		cmd.SetArgs(apiArgs)
+		apiDone <- cli.Run(cmd)
+	}()
+
+	rc := &rest.Config{Host: "https://127.0.0.1:" + port, TLSClientConfig: rest.TLSClientConfig{
+		CAData: serverCA.CertPEM, CertData: adminCert, KeyData: adminKey}}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := waitReady(ctx, cs, apiDone); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(cfg, serverCA.CertPEM, adminCert, adminKey); err != nil {
+		return err
+	}
+	logf(log, "Wrote kubeconfig %s", KubeConfig)
+	if err := applyCRDs(ctx, rc, log); err != nil {
+		logf(log, "apply CRDs: %v", err)
+	}
+	if err := registerNode(ctx, cs, hostname, ip); err != nil {
+		return fmt.Errorf("register node: %w", err)
+	}
+	logf(log, "k3s is up and running")
+	go heartbeat(ctx, cs, hostname)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-sig:
+		return nil
+	case code := <-apiDone:
+		return fmt.Errorf("kube-apiserver exited %d", code)
+	}
+}
+
+func startEtcd(dir string) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cu, _ := url.Parse("http://127.0.0.1:2379")
+	pu, _ := url.Parse("http://127.0.0.1:2380")
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.Name + "=http://127.0.0.1:2380"
+	cfg.LogLevel = "error"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case <-time.After(2 * time.Minute):
+		e.Close()
+		return nil, fmt.Errorf("etcd did not become ready")
+	}
+}
+
+// waitReady polls /readyz: the apiserver offers nothing to watch before it
+// is ready.
+func waitReady(ctx context.Context, cs *kubernetes.Clientset, done <-chan int) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		b, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil && string(b) == "ok" {
+			return nil
+		}
+		select {
+		case code := <-done:
+			return fmt.Errorf("kube-apiserver exited %d", code)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("kube-apiserver not ready in 3 minutes")
+}
+
+// writeKubeconfig writes k3s.yaml as k3s does: server 127.0.0.1, cluster,
+// user and context named "default", mode from write-kubeconfig-mode.
+func writeKubeconfig(cfg Config, ca, cert, key []byte) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["default"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:" + port, CertificateAuthorityData: ca}
+	kc.AuthInfos["default"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	kc.Contexts["default"] = &clientcmdapi.Context{Cluster: "default", AuthInfo: "default"}
+	kc.CurrentContext = "default"
+	if err := os.MkdirAll(filepath.Dir(KubeConfig), 0o755); err != nil {
+		return err
+	}
+	if err := clientcmd.WriteToFile(*kc, KubeConfig); err != nil {
+		return err
+	}
+	mode := os.FileMode(0o600)
+	if cfg.WriteKubeconfigMode != "" {
+		m, err := strconv.ParseUint(cfg.WriteKubeconfigMode, 8, 32)
+		if err != nil {
+			return fmt.Errorf("invalid write-kubeconfig-mode %q", cfg.WriteKubeconfigMode)
+		}
+		mode = os.FileMode(m)
+	}
+	return os.Chmod(KubeConfig, mode)
+}
+
+// labDir is where the lab keeps what k3s embeds upstream (its CRDs).
+func labDir() string {
+	var c struct {
+		Dir string `json:"dir"`
+	}
+	b, _ := os.ReadFile("/etc/labsim/lab.json")
+	_ = json.Unmarshal(b, &c)
+	return c.Dir
+}
+
+// applyCRDs creates helm-controller's CRDs, which k3s embeds and applies at
+// start (upstream-facts: fixtures/crds/helm-controller).
+func applyCRDs(ctx context.Context, rc *rest.Config, log io.Writer) error {
+	dir := filepath.Join(labDir(), "crds", "helm-controller")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	sort.Strings(files)
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		j, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return err
+		}
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(j); err != nil {
+			return err
+		}
+		force := true
+		if _, err := dc.Resource(gvr).Apply(ctx, u.GetName(), &u, metav1.ApplyOptions{FieldManager: "k3s", Force: force}); err != nil {
+			return fmt.Errorf("apply %s: %w", filepath.Base(f), err)
+		}
+	}
+	return nil
+}
+
+func readyConditions(now metav1.Time) []corev1.NodeCondition {
+	c := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	return []corev1.NodeCondition{
+		c(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+		c(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+		c(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+		c(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
+	}
+}
+
+// registerNode does what the kubelet does: the Node object, then Ready.
+func registerNode(ctx context.Context, cs *kubernetes.Clientset, name, ip string) error {
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		n, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+			"node-role.kubernetes.io/control-plane": "true", "node-role.kubernetes.io/master": "true",
+			"node.kubernetes.io/instance-type": "k3s",
+		}}}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	n.Status.Conditions = readyConditions(now)
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+	n.Status.NodeInfo.KubeletVersion = Version()
+	n.Status.NodeInfo.KubeProxyVersion = Version()
+	n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = "linux", "amd64"
+	n.Status.NodeInfo.OSImage = "Ubuntu 24.04.3 LTS"
+	n.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.1.4-k3s1"
+	_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	return err
+}
+
+func heartbeat(ctx context.Context, cs *kubernetes.Clientset, name string) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Second):
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		now := metav1.Now()
+		for i := range n.Status.Conditions {
+			n.Status.Conditions[i].LastHeartbeatTime = now
+		}
+		_, _ = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	}
+}
