@@ -9,7 +9,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/mgmtctl ./cmd/mgmtctl
-	cd lab && $(GO) build -o ../$(BIN)/labsim ./cmd/labsim
+	cd lab && $(GO) build -o ../$(BIN)/labsim ./cmd/labsim && $(GO) build -o ../$(BIN)/k3s ./cmd/k3s
 
 vet:
 	$(GO) vet ./...

@@ -34,10 +34,14 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
+		// labsim finds the k3s simulator beside itself.
 		binPath = filepath.Join(dir, "labsim")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build labsim: %v\n%s", err, out)
+		for _, b := range []struct{ out, pkg string }{{binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim"}, {filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s"}} {
+			out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {

@@ -157,7 +157,8 @@ func runAgent(specPath string) int {
 			Corrupt: func() bool {
 				_, err := os.Stat(filepath.Join(spec.LabDir, "faults/corrupt-image"))
 				return err == nil
-			}}
+			},
+			Releases: &mirror.Releases{Binary: filepath.Join(spec.LabDir, "bin/k3s"), Versions: lab.K3sReleases}}
 		spec.Services = append(spec.Services, m.Run)
 	}
 	if spec.Role == "pve" {

@@ -142,6 +142,8 @@ func logf(w io.Writer, format string, args ...any) {
 
 // Server runs `k3s server` until SIGTERM.
 func Server(args []string, log io.Writer) error {
+	notifySocket = os.Getenv("NOTIFY_SOCKET")
+	os.Unsetenv("NOTIFY_SOCKET")
 	cfg, err := LoadConfig(ConfigFile)
 	if err != nil {
 		return err
@@ -234,6 +236,7 @@ func Server(args []string, log io.Writer) error {
 		return fmt.Errorf("register node: %w", err)
 	}
 	logf(log, "k3s is up and running")
+	sdNotify("READY=1")
 	go heartbeat(ctx, cs, hostname)
 
 	sig := make(chan os.Signal, 1)
@@ -244,6 +247,25 @@ func Server(args []string, log io.Writer) error {
 	case code := <-apiDone:
 		return fmt.Errorf("kube-apiserver exited %d", code)
 	}
+}
+
+// notifySocket is taken from the environment at start and removed from it:
+// the embedded etcd would otherwise announce READY=1 itself, before the
+// apiserver is up.
+var notifySocket string
+
+// sdNotify tells systemd (Type=notify) the service is up, as k3s does.
+func sdNotify(state string) {
+	sock := notifySocket
+	if sock == "" {
+		return
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte(state))
 }
 
 func startEtcd(dir string) (*embed.Etcd, error) {

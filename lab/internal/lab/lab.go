@@ -24,6 +24,10 @@ const (
 	VMID       = 110
 )
 
+// K3sReleases are the k3s versions the lab's mirror has released; the
+// first is the stable channel's.
+var K3sReleases = []string{"v1.35.7+k3s1", "v1.36.3+k3s1", "v1.34.10+k3s1"}
+
 // MirrorNames are the internet names the mirror answers for.
 var MirrorNames = []string{
 	"cloud-images.ubuntu.com", "get.k3s.io", "update.k3s.io", "github.com", "objects.githubusercontent.com",
@@ -51,11 +55,14 @@ func Open(dir string) (*Lab, error) {
 func (l *Lab) path(p ...string) string { return filepath.Join(append([]string{l.Dir}, p...)...) }
 
 // Paths a user and the tests rely on.
-func (l *Lab) ConfigPath() string           { return l.path("mgmt.yaml") }
-func (l *Lab) SecretsPath() string          { return l.path("secrets.yaml") }
-func (l *Lab) LaptopHome() string           { return l.path("laptop", "home") }
-func (l *Lab) ControlSocket() string        { return l.path("control.sock") }
-func (l *Lab) Binary() string               { return l.path("bin", "labsim") }
+func (l *Lab) ConfigPath() string    { return l.path("mgmt.yaml") }
+func (l *Lab) SecretsPath() string   { return l.path("secrets.yaml") }
+func (l *Lab) LaptopHome() string    { return l.path("laptop", "home") }
+func (l *Lab) ControlSocket() string { return l.path("control.sock") }
+func (l *Lab) Binary() string        { return l.path("bin", "labsim") }
+
+// K3sBinary is the k3s simulator the mirror releases.
+func (l *Lab) K3sBinary() string            { return l.path("bin", "k3s") }
 func (l *Lab) HostDisk(name string) string  { return l.path("hosts", name) }
 func (l *Lab) VMDisk(vmid int) string       { return l.path("vms", fmt.Sprint(vmid)) }
 func (l *Lab) FaultPath(name string) string { return l.path("faults", name) }

@@ -61,6 +61,9 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	if err := copySelf(l.Binary()); err != nil {
 		return err
 	}
+	if err := l.copyK3s(); err != nil {
+		return err
+	}
 	if err := copyTree(crds, l.path("crds")); err != nil {
 		return fmt.Errorf("copy CRD fixtures from %s: %w", crds, err)
 	}
@@ -109,6 +112,28 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	fmt.Fprintf(out, "  laptop %s, Proxmox node %q at %s (root by key), mirror %s\n", LaptopAddr, Node, PVEAddr, MirrorAddr)
 	fmt.Fprintf(out, "  config: %s\n  run:    labsim exec --dir %s -- mgmtctl apply -c %s\n", l.ConfigPath(), l.Dir, l.ConfigPath())
 	return nil
+}
+
+// copyK3s brings the k3s simulator (built beside labsim) into the lab,
+// for the mirror to release.
+func (l *Lab) copyK3s() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(filepath.Dir(self), "k3s")
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("the lab's k3s simulator is not beside labsim (%s): build both with make build", src)
+	}
+	_ = os.Remove(l.K3sBinary())
+	if err := os.Link(src, l.K3sBinary()); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(l.K3sBinary(), b, 0o755)
 }
 
 func copySelf(dst string) error {

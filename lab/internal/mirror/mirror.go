@@ -25,12 +25,17 @@ type Server struct {
 	// Corrupt reports whether the image fault is on: served .img files
 	// then have one byte flipped, so their sha256 no longer matches.
 	Corrupt func() bool
+	// Releases serves k3s's install script and releases.
+	Releases *Releases
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
+	}
+	if s.Releases != nil && s.Releases.serve(w, r, host) {
+		return
 	}
 	clean := filepath.Clean("/" + r.URL.Path)
 	p := filepath.Join(s.Root, host, clean)

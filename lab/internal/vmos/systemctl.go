@@ -3,6 +3,7 @@ package vmos
 import (
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,9 @@ func isActive(u string) bool {
 	if err != nil || pid == 0 {
 		return true // a unit with nothing to run (the guest agent's stand-in)
 	}
-	return syscall.Kill(pid, 0) == nil
+	// EPERM: alive, owned by root, asked by a user.
+	err = syscall.Kill(pid, 0)
+	return err == nil || err == syscall.EPERM
 }
 
 func record(u, what string) {
@@ -58,6 +61,16 @@ func record(u, what string) {
 		fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), what)
 		f.Close()
 	}
+}
+
+func unitType(file string) string {
+	b, _ := os.ReadFile(file)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Type="); ok {
+			return v
+		}
+	}
+	return "simple"
 }
 
 // execStart reads a unit's ExecStart, joining backslash continuations and
@@ -95,11 +108,54 @@ func start(u string) error {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		// Type=notify: like systemd, hand the service a NOTIFY_SOCKET and
+		// return from start only once it says READY=1 (or dies).
+		var notify *net.UnixConn
+		if unitType(file) == "notify" {
+			sock := p(fmt.Sprintf("run/labsim-notify-%s-%d.sock", u, time.Now().UnixNano()))
+			_ = os.MkdirAll(filepath.Dir(sock), 0o755)
+			c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+			if err != nil {
+				return err
+			}
+			defer os.Remove(sock)
+			defer c.Close()
+			notify = c
+			cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+		}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("Job for %s failed: %v", u, err)
 		}
 		pid = cmd.Process.Pid
-		_ = cmd.Process.Release()
+		if notify != nil {
+			died := make(chan error, 1)
+			go func() { died <- cmd.Wait() }()
+			ready := make(chan bool, 1)
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					n, _, err := notify.ReadFromUnix(buf)
+					if err != nil {
+						ready <- false
+						return
+					}
+					if strings.Contains(string(buf[:n]), "READY=1") {
+						ready <- true
+						return
+					}
+				}
+			}()
+			select {
+			case <-ready:
+			case <-died:
+				record(u, "failed")
+				return fmt.Errorf("Job for %s failed because the control process exited with error code.\nSee \"systemctl status %s\" and \"journalctl -xeu %s\" for details.", u, u, u)
+			case <-time.After(5 * time.Minute):
+				return fmt.Errorf("Job for %s failed because a timeout was exceeded.", u)
+			}
+		} else {
+			_ = cmd.Process.Release()
+		}
 	}
 	record(u, "start")
 	return os.WriteFile(state(u, "active"), []byte(strconv.Itoa(pid)+"\n"), 0o644)
@@ -111,7 +167,14 @@ func stop(u string) {
 		return
 	}
 	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
+		// Like systemd, wait for the process to go (TimeoutStopSec, 90s
+		// by default) before the unit counts as stopped.
 		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		deadline := time.Now().Add(90 * time.Second)
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			<-time.After(50 * time.Millisecond)
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	_ = os.Remove(state(u, "active"))
 	record(u, "stop")
