@@ -2,6 +2,7 @@
 # simulated lab, `make test` runs every test.
 GO ?= go
 BIN := bin
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36
 
 .PHONY: all build test vet bench demo lab-down clean
 
@@ -9,7 +10,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/mgmtctl ./cmd/mgmtctl
-	cd lab && $(GO) build -o ../$(BIN)/labsim ./cmd/labsim && $(GO) build -o ../$(BIN)/k3s ./cmd/k3s
+	cd lab && $(GO) build -o ../$(BIN)/labsim ./cmd/labsim && $(GO) build -o ../$(BIN)/k3s ./cmd/k3s && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o ../$(BIN)/kubectl ./cmd/kubectl
 
 vet:
 	$(GO) vet ./...

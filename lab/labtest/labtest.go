@@ -25,7 +25,14 @@ var (
 	buildErr  error
 )
 
-// Binary builds labsim once and returns its path.
+// KubectlLDFlags stamps the Kubernetes version the lab is built from.
+const KubectlLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
+
+// Kubectl is the path of the lab's kubectl (built with Binary).
+func Kubectl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "kubectl") }
+
+// Binary builds labsim (with the k3s simulator and kubectl beside it) once
+// and returns its path.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -36,8 +43,12 @@ func Binary(t testing.TB) string {
 		}
 		// labsim finds the k3s simulator beside itself.
 		binPath = filepath.Join(dir, "labsim")
-		for _, b := range []struct{ out, pkg string }{{binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim"}, {filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s"}} {
-			out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput()
+		for _, b := range []struct{ out, pkg string }{
+			{binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim"},
+			{filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s"},
+			{filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl"},
+		} {
+			out, err := exec.Command("go", "build", "-ldflags", KubectlLDFlags, "-o", b.out, b.pkg).CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
 				return

@@ -219,3 +219,86 @@ func TestDownAfterKilledDaemon(t *testing.T) {
 		t.Errorf("mounts left:\n%s", mounts)
 	}
 }
+
+// TestK3s: the install script with its variables, k3s --version, the
+// server's kubeconfig and certificate, the node Ready, upgrades and the
+// installer's change detection (upstream-facts 2.1-2.4).
+func TestK3s(t *testing.T) {
+	l := labtest.Start(t)
+	if r := l.PVE(createVM + "\nqm start 110"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if err := l.WaitVM(110); err != nil {
+		t.Fatal(err)
+	}
+	kh := filepath.Join(l.LaptopHome(), "vm_known_hosts")
+	os.WriteFile(kh, []byte(lab.VMAddr+" "+l.VMHostKey(110)+"\n"), 0o644)
+	vm := func(cmd string) labtest.Result { return l.SSH("ubuntu", lab.VMAddr, kh, cmd) }
+	install := func(env string) labtest.Result {
+		return vm("curl -sfL https://get.k3s.io | sudo " + env + " sh -")
+	}
+	if r := vm("cloud-init status --wait >/dev/null && sudo mkdir -p /etc/rancher/k3s && printf 'tls-san:\\n- mgmt.lab.example\\nwrite-kubeconfig-mode: \"0600\"\\ndisable:\\n- traefik\\n' | sudo tee /etc/rancher/k3s/config.yaml"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := install("INSTALL_K3S_VERSION=v1.99.0+k3s1"); r.Code != 1 || !strings.Contains(r.Stderr, "[ERROR]  Download failed") {
+		t.Errorf("unknown version: %+v", r)
+	}
+	r := install("INSTALL_K3S_VERSION=v1.35.7+k3s1")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "[INFO]  Using v1.35.7+k3s1 as release\n") || !strings.Contains(r.Stdout, "[INFO]  systemd: Starting k3s\n") {
+		t.Fatalf("install: %+v", r)
+	}
+	if r := vm("k3s --version"); !strings.HasPrefix(r.Stdout, "k3s version v1.35.7+k3s1 (") || !strings.Contains(r.Stdout, "\ngo version go1.") {
+		t.Errorf("version: %q", r.Stdout)
+	}
+	if r := vm("sudo stat -c '%a %U' /etc/rancher/k3s/k3s.yaml /etc/systemd/system/k3s.service.env && systemctl is-active k3s"); r.Stdout != "600 root\n600 root\nactive\n" {
+		t.Errorf("files: %+v", r)
+	}
+	// k3s.yaml points at 127.0.0.1 with "default" names; with the server
+	// changed to the VM's address, the laptop's kubectl verifies TLS.
+	r = vm("sudo cat /etc/rancher/k3s/k3s.yaml")
+	if !strings.Contains(r.Stdout, "server: https://127.0.0.1:6443") || !strings.Contains(r.Stdout, "current-context: default") {
+		t.Fatalf("k3s.yaml:\n%s", r.Stdout)
+	}
+	kc := filepath.Join(l.LaptopHome(), "k3s.yaml")
+	os.WriteFile(kc, []byte(strings.Replace(r.Stdout, "127.0.0.1", lab.VMAddr, 1)), 0o600)
+	kubectl := labtest.Kubectl(t)
+	r = l.Run("", kubectl, "--kubeconfig", kc, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name} {.items[0].status.conditions[?(@.type==\"Ready\")].status} {.items[0].status.nodeInfo.kubeletVersion}")
+	if r.Stdout != "lab-mgmt True v1.35.7+k3s1" {
+		t.Errorf("node: %+v", r)
+	}
+	if r := l.Run("", kubectl, "--kubeconfig", kc, "get", "crd", "helmcharts.helm.cattle.io", "-o", "name"); r.Code != 0 {
+		t.Errorf("helm-controller CRDs: %+v", r)
+	}
+	sans := l.Run("", "sh", "-c", "echo | openssl s_client -connect 192.0.2.50:6443 2>/dev/null | openssl x509 -noout -ext subjectAltName")
+	for _, want := range []string{"DNS:mgmt.lab.example", "DNS:lab-mgmt", "DNS:kubernetes.default.svc.cluster.local", "IP Address:192.0.2.50", "IP Address:127.0.0.1"} {
+		if !strings.Contains(sans.Stdout, want) {
+			t.Errorf("SANs lack %s: %s", want, sans.Stdout)
+		}
+	}
+	// Same version again: no restart. Skip-download: the binary must be
+	// there. A new version: upgrade and restart once.
+	if r := install("INSTALL_K3S_VERSION=v1.35.7+k3s1"); !strings.Contains(r.Stdout, "[INFO]  Skipping binary downloaded, installed k3s matches hash\n") || !strings.Contains(r.Stdout, "[INFO]  No change detected so skipping service start\n") {
+		t.Errorf("re-run: %+v", r)
+	}
+	if r := install("INSTALL_K3S_SKIP_DOWNLOAD=true"); !strings.Contains(r.Stdout, "[INFO]  Skipping k3s download and verify\n") {
+		t.Errorf("skip download: %+v", r)
+	}
+	if r := install("INSTALL_K3S_VERSION=v1.36.3+k3s1"); r.Code != 0 || !strings.Contains(r.Stdout, "[INFO]  systemd: Starting k3s\n") {
+		t.Fatalf("upgrade: %+v", r)
+	}
+	r = l.Run("", kubectl, "--kubeconfig", kc, "get", "nodes", "-o", "jsonpath={.items[0].status.nodeInfo.kubeletVersion}")
+	if r.Stdout != "v1.36.3+k3s1" {
+		t.Errorf("after upgrade: %+v", r)
+	}
+	log, _ := os.ReadFile(filepath.Join(l.VMDisk(110), "upper/var/lib/labsim/units/k3s.service.log"))
+	if strings.Count(string(log), " restart") != 1 || strings.Count(string(log), " start") != 2 {
+		t.Errorf("k3s starts and restarts:\n%s", log)
+	}
+	// The unit carries INSTALL_K3S_EXEC's flags, one quoted line each.
+	if r := install("INSTALL_K3S_VERSION=v1.36.3+k3s1 INSTALL_K3S_EXEC='server --disable=servicelb'"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := vm("cat /etc/systemd/system/k3s.service"); !strings.Contains(r.Stdout, "ExecStart=/usr/local/bin/k3s \\\n    server \\\n\t'--disable=servicelb' \\\n") {
+		t.Errorf("unit:\n%s", r.Stdout)
+	}
+}
