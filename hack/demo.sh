@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin="$here/bin"
 dir=${LAB_DIR:-"$here/.lab"}
 # The phases this version has; the others follow (see README's status).
-tags=${TAGS:-vm}
+tags=${TAGS:-vm,k3s}
 
 if [ "$(id -u)" != 0 ]; then
   echo "make demo needs root: the lab is built from network namespaces" >&2

@@ -2,7 +2,9 @@ package phase
 
 import (
 	"context"
+	"errors"
 
+	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -12,7 +14,7 @@ import (
 func Build(s *Session) []step.Phase {
 	return []step.Phase{
 		vmPhase(s),
-		notYet(step.TagK3s, s.Config.Cluster.Metadata.Name),
+		k3sPhase(s),
 		notYet(step.TagAddons, s.Config.Cluster.Metadata.Name),
 		notYet(step.TagCAPI, s.Config.Cluster.Metadata.Name),
 		notYet(step.TagKubeconfig, "laptop"),
@@ -43,6 +45,46 @@ func vmPhase(s *Session) step.Phase {
 			&proxmox.Reachable{N: n, Dial: dial},
 		},
 	}
+}
+
+func k3sPhase(s *Session) step.Phase {
+	c := &s.Config.Cluster
+	v := &k3s.VM{Cluster: c}
+	ready := &k3s.NodeReady{V: v}
+	check := &k3s.HostKeyCheck{Name: c.Spec.Proxmox.Node, VMID: c.Spec.VM.ID, Pinned: s.VMHostKey}
+	return step.Phase{
+		Tag: step.TagK3s,
+		Prepare: func(ctx context.Context) (string, error) {
+			pve, err := s.Host(ctx, s.ProxmoxTarget())
+			if err != nil {
+				return c.Spec.Proxmox.Node, err
+			}
+			check.Node = pve
+			h, err := s.DialVM(ctx, false, false, nil)
+			if err != nil {
+				if s.Check && remote.IsUnreachable(err) && !isHostKeyErr(err) {
+					// A check run before the VM exists: every step is pending.
+					return v.Name(), v.Gather(ctx)
+				}
+				return v.Name(), err
+			}
+			v.Host = h
+			return v.Name(), v.Gather(ctx)
+		},
+		Steps: []step.Step{
+			&k3s.GuestAgent{V: v},
+			check,
+			&k3s.Config{V: v},
+			&k3s.Install{V: v},
+			ready,
+		},
+		Handlers: []step.Step{&k3s.Restart{V: v, Ready: ready}},
+	}
+}
+
+func isHostKeyErr(err error) bool {
+	var hk *remote.HostKeyError
+	return errors.As(err, &hk)
 }
 
 func notYet(tag step.Tag, host string) step.Phase {

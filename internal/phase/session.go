@@ -120,6 +120,17 @@ func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, t remote.Targe
 	return hc.conn, hc.conn, nil
 }
 
+// VMHostKey is the verified host key the VM presented, or nil before
+// mgmtctl has connected to it.
+func (s *Session) VMHostKey() ssh.PublicKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hc, ok := s.conns[s.VMTarget().Addr]; ok {
+		return hc.conn.HostKey()
+	}
+	return nil
+}
+
 // VMKnownHosts is the known_hosts file mgmtctl keeps for the VMs it made.
 func (s *Session) VMKnownHosts() string {
 	return s.Config.Env.Expand("~/.config/mgmtctl/known_hosts")

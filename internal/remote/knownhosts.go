@@ -21,6 +21,9 @@ type hostKeys struct {
 	// and records it in learned.
 	acceptNew bool
 	learned   ssh.PublicKey
+	// presented is the key the host showed in the last handshake that
+	// passed verification.
+	presented ssh.PublicKey
 }
 
 func newHostKeys(files []string) (*hostKeys, error) {
@@ -82,6 +85,16 @@ func (hk *hostKeys) algorithms(addr string) []string {
 // callback verifies the key for name (the address as dialled).
 func (hk *hostKeys) callback(name string) ssh.HostKeyCallback {
 	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		err := hk.verify(name, remote, key)
+		if err == nil {
+			hk.presented = key
+		}
+		return err
+	}
+}
+
+func (hk *hostKeys) verify(name string, remote net.Addr, key ssh.PublicKey) error {
+	{
 		host := knownhosts.Normalize(name)
 		hkErr := &HostKeyError{Host: host, Addr: name, Fingerprint: ssh.FingerprintSHA256(key), KeyType: key.Type(),
 			KnownHosts: strings.Join(hk.files, ", ")}

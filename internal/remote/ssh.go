@@ -94,6 +94,9 @@ func (d *Dialer) Connect(ctx context.Context, t Target) (*Conn, error) {
 // host was already known.
 func (c *Conn) LearnedHostKey() ssh.PublicKey { return c.hk.learned }
 
+// HostKey is the verified key the host presented.
+func (c *Conn) HostKey() ssh.PublicKey { return c.hk.presented }
+
 // Name implements Host.
 func (c *Conn) Name() string { return c.t.Name }
 

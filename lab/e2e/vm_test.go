@@ -15,7 +15,7 @@ import (
 func TestVMPhaseConverges(t *testing.T) {
 	e := start(t)
 	before := e.pveState()
-	r := e.mgmtctl("plan", "--tags", "vm")
+	r := e.mgmtctl("plan", "--tags", "vm,k3s")
 	mustSucceed(t, r, "plan")
 	if after := e.pveState(); after != before {
 		t.Fatalf("--check changed the node:\nbefore:\n%s\nafter:\n%s", before, after)
@@ -23,7 +23,8 @@ func TestVMPhaseConverges(t *testing.T) {
 	if r := e.PVE("qm list"); r.Stdout != "" {
 		t.Fatalf("--check created a VM: %s", r.Stdout)
 	}
-	for _, want := range []string{"changed (check): [pve] vm/create-vm", "+qm create 110 --name lab-mgmt --cores 2 --memory 4096 --net0 virtio,bridge=vmbr0,tag=4", "check mode: 5 steps would change"} {
+	for _, want := range []string{"changed (check): [pve] vm/create-vm", "+qm create 110 --name lab-mgmt --cores 2 --memory 4096 --net0 virtio,bridge=vmbr0,tag=4",
+		"+tls-san:", "changed (check): [lab-mgmt] k3s/install: install k3s v1.35.7+k3s1", "check mode: 9 steps would change"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("plan lacks %q:\n%s", want, r.Stdout)
 		}

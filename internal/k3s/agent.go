@@ -1,0 +1,72 @@
+package k3s
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// GuestAgent installs qemu-guest-agent and makes sure its service runs, so
+// Proxmox can talk to the VM (and mgmtctl can cross-check its host key).
+type GuestAgent struct{ V *VM }
+
+var _ step.Step = (*GuestAgent)(nil)
+
+// ID implements step.Step.
+func (s *GuestAgent) ID() string { return "guest-agent" }
+
+// Host implements step.Step.
+func (s *GuestAgent) Host() string { return s.V.Name() }
+
+func (s *GuestAgent) state(ctx context.Context) (installed, active bool, err error) {
+	res, err := remote.Batch(ctx, s.V.ro(), false,
+		remote.Query("dpkg-query", "-W", "-f=${Status}", "qemu-guest-agent"),
+		remote.Query("systemctl", "is-active", "qemu-guest-agent"),
+	)
+	if err != nil {
+		return false, false, fmt.Errorf("check qemu-guest-agent on %s: %w", s.V.Name(), err)
+	}
+	return strings.TrimSpace(string(res[0].Stdout)) == "install ok installed", strings.TrimSpace(string(res[1].Stdout)) == "active", nil
+}
+
+// Check implements step.Step.
+func (s *GuestAgent) Check(ctx context.Context) (step.Plan, error) {
+	var installed, active bool
+	if s.V.Host != nil { // nil: a check run before the VM exists
+		var err error
+		if installed, active, err = s.state(ctx); err != nil {
+			return step.Plan{}, err
+		}
+	}
+	var p step.Plan
+	if !installed {
+		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent", Action: step.Create, Summary: "install qemu-guest-agent"})
+	}
+	if !active {
+		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent.service", Action: step.Run, Summary: "start qemu-guest-agent"})
+	}
+	if p.Empty() {
+		p.Note = "qemu-guest-agent installed and running"
+	}
+	return p, nil
+}
+
+// Apply implements step.Step.
+func (s *GuestAgent) Apply(ctx context.Context, p step.Plan) error {
+	for _, c := range p.Changes {
+		var cmd remote.Cmd
+		switch c.Action {
+		case step.Create:
+			cmd = remote.Command("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "qemu-guest-agent").AsRoot()
+		default:
+			cmd = remote.Command("systemctl", "start", "qemu-guest-agent").AsRoot()
+		}
+		if _, err := s.V.Host.Run(ctx, cmd); err != nil {
+			return fmt.Errorf("%s on %s: %w", c.Summary, s.V.Name(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package k3s
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// HostKeyCheck cross-checks the VM's SSH host key, pinned on first contact,
+// against the key file the guest agent reads inside the VM over the
+// verified Proxmox connection. A mismatch means the first contact was not
+// with this VM: a hard failure.
+type HostKeyCheck struct {
+	Node   remote.Host // the Proxmox node, verified by known_hosts
+	Name   string      // the node's name
+	VMID   int
+	Pinned func() ssh.PublicKey
+}
+
+var _ step.Step = (*HostKeyCheck)(nil)
+
+// ID implements step.Step.
+func (s *HostKeyCheck) ID() string { return "host-key-check" }
+
+// Host implements step.Step.
+func (s *HostKeyCheck) Host() string { return s.Name }
+
+func keyFile(t string) string {
+	switch {
+	case strings.Contains(t, "ed25519"):
+		return "/etc/ssh/ssh_host_ed25519_key.pub"
+	case strings.Contains(t, "ecdsa"):
+		return "/etc/ssh/ssh_host_ecdsa_key.pub"
+	}
+	return "/etc/ssh/ssh_host_rsa_key.pub"
+}
+
+// Check implements step.Step. It never changes anything.
+func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
+	pinned := s.Pinned()
+	if pinned == nil || s.Node == nil {
+		return step.Plan{Skip: "no VM connection yet"}, nil
+	}
+	vmid := strconv.Itoa(s.VMID)
+	res, err := remote.ReadOnly(s.Node).Run(ctx, remote.Query("qm", "guest", "exec", vmid, "--", "cat", keyFile(pinned.Type())).Allow(2, 255))
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if res.ExitCode != 0 {
+		msg := strings.TrimSpace(string(res.Stderr))
+		if strings.Contains(msg, "guest agent is not running") {
+			return step.Plan{Skip: "the guest agent is not running yet"}, nil
+		}
+		return step.Plan{}, fmt.Errorf("qm guest exec %s on %s: %s", vmid, s.Name, msg)
+	}
+	var out struct {
+		ExitCode int    `json:"exitcode"`
+		Out      string `json:"out-data"`
+	}
+	if err := json.Unmarshal(res.Stdout, &out); err != nil || out.ExitCode != 0 {
+		return step.Plan{}, fmt.Errorf("qm guest exec %s on %s: cannot read %s: %q", vmid, s.Name, keyFile(pinned.Type()), res.Stdout)
+	}
+	key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(out.Out))
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("VM %s's %s is not a public key: %w", vmid, keyFile(pinned.Type()), err)
+	}
+	if ssh.FingerprintSHA256(key) != ssh.FingerprintSHA256(pinned) {
+		return step.Plan{}, fmt.Errorf("VM %s's host key, read through the guest agent, is %s, but SSH to the VM presented %s: the SSH peer is not this VM; nothing more is done",
+			vmid, ssh.FingerprintSHA256(key), ssh.FingerprintSHA256(pinned))
+	}
+	return step.Plan{Note: "VM host key " + ssh.FingerprintSHA256(key) + " confirmed by the guest agent"}, nil
+}
+
+// Apply implements step.Step; Check never plans a change.
+func (s *HostKeyCheck) Apply(context.Context, step.Plan) error { return nil }

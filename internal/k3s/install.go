@@ -1,0 +1,68 @@
+package k3s
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// Install puts the pinned k3s on the VM with its install script; a changed
+// pin is an upgrade (the script replaces the binary and restarts k3s).
+type Install struct{ V *VM }
+
+var _ step.Step = (*Install)(nil)
+
+// ID implements step.Step.
+func (s *Install) ID() string { return "install" }
+
+// Host implements step.Step.
+func (s *Install) Host() string { return s.V.Name() }
+
+// Check implements step.Step.
+func (s *Install) Check(ctx context.Context) (step.Plan, error) {
+	want := s.V.Cluster.Spec.K3s.Version
+	switch s.V.Installed {
+	case want:
+		if !s.V.Active {
+			// An install cut short (or a stopped service): the installer
+			// finishes the job and starts k3s.
+			return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update, Summary: "re-run the k3s " + want + " installer: the k3s service is not running"}}}, nil
+		}
+		return step.Plan{Note: "k3s " + want + " installed"}, nil
+	case "":
+		return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Create, Summary: "install k3s " + want}}}, nil
+	}
+	return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update,
+		Summary: fmt.Sprintf("upgrade k3s from %s to %s", s.V.Installed, want)}}}, nil
+}
+
+// installScript fetches the install script ($1) and runs it with the
+// pinned version ($2). The script is kept in a private temporary file, not
+// piped, so a truncated download cannot run half a script.
+const installScript = `set -eu
+tmp=$(mktemp)
+trap 'rm -f -- "$tmp"' EXIT
+curl -sfL --retry 3 -o "$tmp" -- "$1"
+INSTALL_K3S_VERSION=$2 sh "$tmp"
+# The installer skips the start when nothing changed; a service left
+# stopped by an interrupted install must run all the same.
+systemctl start k3s`
+
+// Apply implements step.Step.
+func (s *Install) Apply(ctx context.Context, p step.Plan) error {
+	k := s.V.Cluster.Spec.K3s
+	step.Progress(ctx, "running the k3s installer for "+k.Version)
+	if _, err := s.V.Host.Run(ctx, remote.Script(installScript, k.InstallScriptURL, k.Version).AsRoot()); err != nil {
+		return fmt.Errorf("install k3s %s on %s: %w", k.Version, s.V.Name(), err)
+	}
+	s.V.InstalledThisRun = true
+	if err := s.V.Gather(ctx); err != nil {
+		return err
+	}
+	if s.V.Installed != k.Version {
+		return fmt.Errorf("install k3s %s on %s: k3s --version says %q afterwards", k.Version, s.V.Name(), s.V.Installed)
+	}
+	return nil
+}

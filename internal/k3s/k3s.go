@@ -1,0 +1,74 @@
+// Package k3s holds the k3s phase's steps: on the VM, over SSH as the VM
+// user with sudo, they install the guest agent, write k3s's config, install
+// the pinned k3s with its install script, and restart k3s when its config
+// changed. Node readiness is watched over the Kubernetes API (package kube).
+package k3s
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+)
+
+// Paths on the VM (upstream-facts 2.3, 2.4).
+const (
+	ConfigPath     = "/etc/rancher/k3s/config.yaml"
+	KubeconfigPath = "/etc/rancher/k3s/k3s.yaml"
+	RestartHandler = "restart-k3s"
+)
+
+// VM is the k3s phase's view of the VM, shared by its steps.
+type VM struct {
+	Cluster *config.ManagementCluster
+	Host    remote.Host
+	// Installed is the k3s version found on the VM ("" if none), as
+	// gathered before the phase's steps ran.
+	Installed string
+	// Active says the k3s service runs.
+	Active bool
+	// InstalledThisRun is set when the install step ran the installer,
+	// which (re)starts k3s itself.
+	InstalledThisRun bool
+}
+
+// Name is the VM as the recap shows it.
+func (v *VM) Name() string { return v.Cluster.Metadata.Name }
+
+func (v *VM) ro() remote.Host { return remote.ReadOnly(v.Host) }
+
+// Gather reads the installed k3s version.
+func (v *VM) Gather(ctx context.Context) error {
+	if v.Host == nil {
+		v.Installed = ""
+		return nil
+	}
+	res, err := remote.Batch(ctx, v.ro(), false,
+		remote.Query("sh", "-c", "command -v k3s >/dev/null || exit 127; k3s --version"),
+		remote.Query("systemctl", "is-active", "k3s"))
+	if err != nil {
+		return fmt.Errorf("read k3s version on %s: %w", v.Name(), err)
+	}
+	v.Installed = ""
+	if res[0].ExitCode == 0 {
+		v.Installed = ParseVersion(string(res[0].Stdout))
+	}
+	v.Active = strings.TrimSpace(string(res[1].Stdout)) == "active"
+	return nil
+}
+
+// ParseVersion reads `k3s --version`: "k3s version v1.35.7+k3s1 (abcdef12)".
+func ParseVersion(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "k3s version "); ok {
+			return strings.Fields(rest + " ")[0]
+		}
+	}
+	return ""
+}
+
+var metav1GetOptions = metav1.GetOptions{}

@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
+)
+
+// vmSSH runs a command on the VM as its user, verified by the host key
+// mgmtctl learned.
+func (e *env) vmSSH(cmd string) labtest.Result {
+	return e.SSH("ubuntu", lab.VMAddr, filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), cmd)
+}
+
+// kubectl runs the lab's kubectl on the laptop with k3s's admin kubeconfig
+// pointed at the VM's address (what the kubeconfig phase will write).
+func (e *env) kubectl(args ...string) labtest.Result {
+	e.t.Helper()
+	r := e.vmSSH("sudo cat /etc/rancher/k3s/k3s.yaml")
+	if r.Code != 0 {
+		e.t.Fatalf("read k3s.yaml: %+v", r)
+	}
+	kc := filepath.Join(e.LaptopHome(), "admin.kubeconfig")
+	os.WriteFile(kc, []byte(strings.Replace(r.Stdout, "https://127.0.0.1:6443", "https://"+lab.VMAddr+":6443", 1)), 0o600)
+	return e.Run("", append([]string{labtest.Kubectl(e.t), "--kubeconfig", kc}, args...)...)
+}
+
+func (e *env) k3sLog() string {
+	b, _ := os.ReadFile(filepath.Join(e.VMDisk(lab.VMID), "upper/var/lib/labsim/units/k3s.service.log"))
+	return string(b)
+}
+
+func lastJSON(t *testing.T, out string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil {
+		t.Fatalf("last line is not JSON: %q", lines[len(lines)-1])
+	}
+	return m
+}
+
+func TestK3sPhase(t *testing.T) {
+	e := start(t)
+	r := e.apply("--tags", "vm,k3s")
+	mustSucceed(t, r, "first apply")
+	if !strings.Contains(r.Stdout, "confirmed by the guest agent") {
+		t.Errorf("host key not cross-checked:\n%s", r.Stdout)
+	}
+	r = e.apply("--tags", "vm,k3s", "-o", "json", "--detailed-exitcode")
+	mustSucceed(t, r, "second apply")
+	if m := lastJSON(t, r.Stdout); m["event"] != "recap" || m["changed"] != 0.0 || m["failed"] != 0.0 {
+		t.Errorf("second run recap: %v", m)
+	}
+	if r := e.kubectl("get", "node", "lab-mgmt", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} {.status.nodeInfo.kubeletVersion}"); r.Stdout != "True v1.35.7+k3s1" {
+		t.Errorf("node: %+v", r)
+	}
+	if r := e.vmSSH("sudo cat /etc/rancher/k3s/config.yaml; sudo stat -c %a /etc/rancher/k3s/k3s.yaml"); !strings.Contains(r.Stdout, "tls-san:\n  - \"192.0.2.50\"\n") || !strings.HasSuffix(r.Stdout, "600\n") {
+		t.Errorf("config: %+v", r)
+	}
+	if n := strings.Count(e.k3sLog(), " start"); n != 1 {
+		t.Errorf("k3s started %d times:\n%s", n, e.k3sLog())
+	}
+
+	// A new pin upgrades k3s, and nothing else changes.
+	e.editConfig("  kubeconfig:", "  k3s:\n    version: v1.36.3+k3s1\n  kubeconfig:")
+	r = e.apply("--tags", "vm,k3s")
+	mustSucceed(t, r, "upgrade")
+	if !strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/install: upgrade k3s from v1.35.7+k3s1 to v1.36.3+k3s1") || !strings.Contains(recap(t, r), "changed=1 ") {
+		t.Errorf("upgrade:\n%s", r.Stdout)
+	}
+	if r := e.kubectl("get", "node", "lab-mgmt", "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"); r.Stdout != "v1.36.3+k3s1" {
+		t.Errorf("after upgrade: %+v", r)
+	}
+
+	// config.yaml changed behind mgmtctl's back: rewritten, and k3s is
+	// restarted exactly once.
+	restarts := strings.Count(e.k3sLog(), " restart")
+	mustSucceed(t, e.vmSSH("echo 'write-kubeconfig-mode: \"0644\"' | sudo tee /etc/rancher/k3s/config.yaml"), "drift")
+	r = e.apply("--tags", "k3s", "--diff")
+	mustSucceed(t, r, "apply after drift")
+	if !strings.Contains(r.Stdout, "-write-kubeconfig-mode: \"0644\"") || !strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/restart-k3s (handler)") || !strings.Contains(recap(t, r), "changed=2 ") {
+		t.Errorf("drift:\n%s", r.Stdout)
+	}
+	if n := strings.Count(e.k3sLog(), " restart") - restarts; n != 1 {
+		t.Errorf("k3s restarted %d times:\n%s", n, e.k3sLog())
+	}
+	if got := recap(t, e.apply("--tags", "vm,k3s")); !strings.Contains(got, "changed=0") {
+		t.Errorf("after drift: %s", got)
+	}
+}
+
+// TestKilledDuringK3sInstall: a run killed while the installer runs
+// converges on the next run; the one after changes nothing.
+func TestKilledDuringK3sInstall(t *testing.T) {
+	e := start(t)
+	mustSucceed(t, e.apply("--tags", "vm"), "vm")
+	full, err := e.ExecArgv("", []string{e.bin, "apply", "--tags", "k3s", "-c", e.ConfigPath()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(full[0], full[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(e.VMDisk(lab.VMID), "upper/usr/local/bin/k3s")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(bin); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the installer never ran")
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	cmd.Wait()
+	mustSucceed(t, e.apply("--tags", "vm,k3s"), "apply after kill")
+	if got := recap(t, e.apply("--tags", "vm,k3s")); !strings.Contains(got, "changed=0") {
+		t.Errorf("third run: %s", got)
+	}
+	if r := e.kubectl("get", "node", "lab-mgmt", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"); r.Stdout != "True" {
+		t.Errorf("node: %+v", r)
+	}
+}
