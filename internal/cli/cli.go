@@ -287,7 +287,7 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 	var x redact.Redactor
 	x.Add(l.Secrets.Proxmox.TokenSecret)
 
-	s := &phase.Session{Config: l, Check: f.check, AcceptNewHostKey: f.acceptNew, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	s := &phase.Session{Config: l, Check: f.check, AcceptNewHostKey: f.acceptNew, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
 	all := o.Phases(s)
 	selected, err := engine.SelectPhases(all, parseTags(f.tags), parseTags(f.skipTags))
 	if err != nil {

@@ -3,8 +3,17 @@ package phase
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"strings"
+	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/mgmtctl/mgmtctl/internal/inspector"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -12,13 +21,14 @@ import (
 
 // Build returns every phase in run order.
 func Build(s *Session) []step.Phase {
+	access := &clusterAccess{s: s}
 	return []step.Phase{
 		vmPhase(s),
 		k3sPhase(s),
 		notYet(step.TagAddons, s.Config.Cluster.Metadata.Name),
 		notYet(step.TagCAPI, s.Config.Cluster.Metadata.Name),
-		notYet(step.TagKubeconfig, "laptop"),
-		notYet(step.TagInspector, s.Config.Cluster.Metadata.Name),
+		kubeconfigPhase(s, access),
+		inspectorPhase(s, access),
 	}
 }
 
@@ -80,6 +90,120 @@ func k3sPhase(s *Session) step.Phase {
 		},
 		Handlers: []step.Step{&k3s.Restart{V: v, Ready: ready}},
 	}
+}
+
+// clusterAccess reaches the cluster's API through the VM, once per run.
+type clusterAccess struct {
+	s       *Session
+	done    bool
+	k3sYAML []byte
+	client  kubernetes.Interface
+}
+
+// connect reads k3s.yaml over SSH (kept in memory only) and builds a client
+// that dials from the VM. In check mode, a VM or cluster that does not
+// exist yet leaves the client nil: every step is then pending.
+func (a *clusterAccess) connect(ctx context.Context) error {
+	if a.done {
+		return nil
+	}
+	h, err := a.s.DialVM(ctx, false, false, nil)
+	if err != nil {
+		if a.s.Check && remote.IsUnreachable(err) && !isHostKeyErr(err) {
+			a.done = true
+			return nil
+		}
+		return err
+	}
+	kc, err := h.ReadFile(ctx, k3s.KubeconfigPath, true)
+	if errors.Is(err, fs.ErrNotExist) && a.s.Check {
+		a.done = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if a.s.Redact != nil {
+		a.s.Redact(kubeconfig.Secrets(kc)...)
+	}
+	cs, err := kube.NewClient(kc, h.DialContext)
+	if err != nil {
+		return err
+	}
+	a.k3sYAML, a.client, a.done = kc, cs, true
+	return nil
+}
+
+func (a *clusterAccess) server() string {
+	addr, _, _ := strings.Cut(a.s.Config.Cluster.Spec.VM.Address, "/")
+	return "https://" + addr + ":6443"
+}
+
+func kubeconfigPhase(s *Session, a *clusterAccess) step.Phase {
+	name := s.Config.Cluster.Metadata.Name
+	return step.Phase{
+		Tag:     step.TagKubeconfig,
+		Prepare: func(ctx context.Context) (string, error) { return "laptop", a.connect(ctx) },
+		Steps: []step.Step{&kubeconfig.File{StepID: "admin-kubeconfig", Path: s.Config.KubeconfigPath(),
+			Render: func(ctx context.Context, cur []byte, act bool) ([]byte, string, error) {
+				if a.k3sYAML == nil {
+					return nil, "once k3s runs", nil
+				}
+				b, err := kubeconfig.Admin(a.k3sYAML, name, a.server())
+				return b, "", err
+			}}},
+	}
+}
+
+func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
+	c := s.Config.Cluster
+	in := c.Spec.Inspector
+	ttl, _ := time.ParseDuration(in.TokenTTL) // validated with the config
+	path := s.Config.Env.Expand("~/.kube/" + in.Name + ".kubeconfig")
+	client := func() kubernetes.Interface { return a.client }
+	return step.Phase{
+		Tag:     step.TagInspector,
+		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.connect(ctx) },
+		Steps: []step.Step{
+			&inspector.RBAC{Name: in.Name, HostName: c.Metadata.Name, Client: client},
+			&kubeconfig.File{StepID: "inspector-kubeconfig", Path: path,
+				Render: func(ctx context.Context, cur []byte, act bool) ([]byte, string, error) {
+					if a.client == nil {
+						return nil, "once k3s runs", nil
+					}
+					ca, err := clusterCA(a.k3sYAML)
+					if err != nil {
+						return nil, "", err
+					}
+					if cur != nil && inspector.Fresh(cur, in.Name, a.server(), ca, ttl, time.Now()) {
+						return cur, "", nil
+					}
+					if !act {
+						return nil, "a new " + in.TokenTTL + " token would be minted", nil
+					}
+					tok, err := inspector.Mint(ctx, a.client, in.Name, ttl)
+					if err != nil {
+						return nil, "", err
+					}
+					if s.Redact != nil {
+						s.Redact(tok)
+					}
+					b, err := inspector.Kubeconfig(in.Name, a.server(), ca, tok)
+					return b, "", err
+				}},
+		},
+	}
+}
+
+func clusterCA(k3sYAML []byte) ([]byte, error) {
+	c, err := clientcmd.Load(k3sYAML)
+	if err != nil {
+		return nil, err
+	}
+	for _, cl := range c.Clusters {
+		return cl.CertificateAuthorityData, nil
+	}
+	return nil, errors.New("k3s.yaml has no cluster")
 }
 
 func isHostKeyErr(err error) bool {

@@ -133,3 +133,57 @@ func TestKilledDuringK3sInstall(t *testing.T) {
 		t.Errorf("node: %+v", r)
 	}
 }
+
+// TestKubeconfigAndInspector: the admin kubeconfig works with a real
+// kubectl from the laptop; the inspector reads but cannot touch; re-runs
+// neither rewrite the files nor mint a token; no credential is printed.
+func TestKubeconfigAndInspector(t *testing.T) {
+	e := start(t)
+	tags := "vm,k3s,kubeconfig,inspector"
+	r := e.apply("--tags", tags, "--diff")
+	mustSucceed(t, r, "apply")
+	admin := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
+	ro := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt-ro.kubeconfig")
+	for _, p := range []string{admin, ro} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", p, fi, err)
+		}
+	}
+	kubectl := func(kc string, args ...string) labtest.Result {
+		return e.Run("", append([]string{labtest.Kubectl(t), "--kubeconfig", kc}, args...)...)
+	}
+	if r := kubectl(admin, "config", "current-context"); r.Stdout != "lab-mgmt\n" {
+		t.Errorf("context: %+v", r)
+	}
+	if r := kubectl(admin, "get", "nodes", "-o", "name"); r.Stdout != "node/lab-mgmt\n" {
+		t.Errorf("admin kubectl (TLS to the VM's IP): %+v", r)
+	}
+	for _, c := range []struct{ verb, res, want string }{
+		{"list", "pods", "yes"}, {"get", "secrets", "no"}, {"create", "deployments", "no"},
+		{"create", "pods/exec", "no"}, {"create", "serviceaccounts/token", "no"}, {"list", "nodes", "yes"},
+	} {
+		if r := kubectl(ro, "auth", "can-i", c.verb, c.res, "-A"); strings.TrimSpace(r.Stdout) != c.want {
+			t.Errorf("inspector can-i %s %s = %q, want %s", c.verb, c.res, r.Stdout, c.want)
+		}
+	}
+	// No credential in the output, --diff included.
+	for _, p := range []string{admin, ro} {
+		b, _ := os.ReadFile(p)
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, k := range []string{"client-key-data: ", "token: "} {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok && strings.Contains(r.Stdout+r.Stderr, v) {
+					t.Errorf("%s printed", k)
+				}
+			}
+		}
+	}
+	before, _ := os.ReadFile(ro)
+	r = e.apply("--tags", tags)
+	mustSucceed(t, r, "second apply")
+	if got := recap(t, r); !strings.Contains(got, "changed=0") {
+		t.Errorf("second run: %s", got)
+	}
+	if after, _ := os.ReadFile(ro); string(after) != string(before) {
+		t.Error("the inspector token was re-minted while still fresh")
+	}
+}

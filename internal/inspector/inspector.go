@@ -1,0 +1,239 @@
+// Package inspector makes the read-only identity of the management cluster:
+// a ServiceAccount, a ClusterRole that reads everything but Secrets (get,
+// list, watch; no exec, attach, port-forward, proxy or token requests, which
+// are subresources it never lists), its binding, and a time-limited token.
+package inspector
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// Namespace holds the inspector's ServiceAccount.
+const Namespace = "kube-system"
+
+// FieldManager is mgmtctl's server-side apply identity.
+const FieldManager = "mgmtctl"
+
+// readVerbs are all the inspector may do.
+var readVerbs = []string{"get", "list", "watch"}
+
+// Rules derives the ClusterRole's rules from the API's resources: every
+// listable resource of every group, except Secrets; subresources (exec,
+// attach, portforward, proxy, token) are never included.
+func Rules(lists []*metav1.APIResourceList) []rbacv1.PolicyRule {
+	byGroup := map[string]map[string]bool{}
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") || !contains(r.Verbs, "list") {
+				continue
+			}
+			if gv.Group == "" && r.Name == "secrets" {
+				continue
+			}
+			if byGroup[gv.Group] == nil {
+				byGroup[gv.Group] = map[string]bool{}
+			}
+			byGroup[gv.Group][r.Name] = true
+		}
+	}
+	groups := make([]string, 0, len(byGroup))
+	for g := range byGroup {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	var rules []rbacv1.PolicyRule
+	for _, g := range groups {
+		var res []string
+		for r := range byGroup[g] {
+			res = append(res, r)
+		}
+		sort.Strings(res)
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: res, Verbs: readVerbs})
+	}
+	return rules
+}
+
+func contains(s []string, v string) bool {
+	for _, e := range s {
+		if e == v {
+			return true
+		}
+	}
+	return false
+}
+
+// RBAC keeps the ServiceAccount, ClusterRole and binding.
+type RBAC struct {
+	Name     string // inspector.name
+	HostName string
+	// Client is the cluster's client, nil while the cluster does not exist
+	// (a check run on a fresh lab).
+	Client func() kubernetes.Interface
+}
+
+var _ step.Step = (*RBAC)(nil)
+
+// ID implements step.Step.
+func (s *RBAC) ID() string { return "rbac" }
+
+// Host implements step.Step.
+func (s *RBAC) Host() string { return s.HostName }
+
+func (s *RBAC) desiredRules(ctx context.Context) ([]rbacv1.PolicyRule, error) {
+	_, lists, err := s.Client().Discovery().ServerGroupsAndResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discover API resources: %w", err)
+	}
+	return Rules(lists), nil
+}
+
+// Check implements step.Step.
+func (s *RBAC) Check(ctx context.Context) (step.Plan, error) {
+	if s.Client() == nil {
+		return step.Plan{Changes: []step.Change{{Target: "inspector " + s.Name, Action: step.Create, Summary: "create ServiceAccount, ClusterRole and ClusterRoleBinding " + s.Name + " once the cluster exists"}}}, nil
+	}
+	cs := s.Client()
+	rules, err := s.desiredRules(ctx)
+	if err != nil {
+		return step.Plan{}, err
+	}
+	var p step.Plan
+	add := func(target string, a step.Action, summary string) {
+		p.Changes = append(p.Changes, step.Change{Target: target, Action: a, Summary: summary})
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Get(ctx, s.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		add("serviceaccount/"+s.Name, step.Create, "create ServiceAccount "+Namespace+"/"+s.Name)
+	} else if err != nil {
+		return step.Plan{}, err
+	}
+	cr, err := cs.RbacV1().ClusterRoles().Get(ctx, s.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		add("clusterrole/"+s.Name, step.Create, "create ClusterRole "+s.Name+" (read all but Secrets)")
+	case err != nil:
+		return step.Plan{}, err
+	case !reflect.DeepEqual(cr.Rules, rules):
+		add("clusterrole/"+s.Name, step.Update, "update ClusterRole "+s.Name+" to the API's current resources")
+	}
+	crb, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, s.Name, metav1.GetOptions{})
+	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: s.Name, Namespace: Namespace}}
+	switch {
+	case apierrors.IsNotFound(err):
+		add("clusterrolebinding/"+s.Name, step.Create, "create ClusterRoleBinding "+s.Name)
+	case err != nil:
+		return step.Plan{}, err
+	case !reflect.DeepEqual(crb.Subjects, wantSubj) || crb.RoleRef.Name != s.Name || crb.RoleRef.Kind != "ClusterRole":
+		add("clusterrolebinding/"+s.Name, step.Update, "update ClusterRoleBinding "+s.Name)
+	}
+	if p.Empty() {
+		p.Note = "ServiceAccount, ClusterRole and binding " + s.Name + " as desired"
+	}
+	return p, nil
+}
+
+// Apply implements step.Step: server-side apply with one field owner.
+func (s *RBAC) Apply(ctx context.Context, p step.Plan) error {
+	cs := s.Client()
+	rules, err := s.desiredRules(ctx)
+	if err != nil {
+		return err
+	}
+	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	labels := map[string]string{"app.kubernetes.io/managed-by": "mgmtctl"}
+	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Apply(ctx, corev1ac.ServiceAccount(s.Name, Namespace).WithLabels(labels), opts); err != nil {
+		return fmt.Errorf("apply ServiceAccount %s: %w", s.Name, err)
+	}
+	cr := rbacv1ac.ClusterRole(s.Name).WithLabels(labels)
+	for _, r := range rules {
+		cr.WithRules(rbacv1ac.PolicyRule().WithAPIGroups(r.APIGroups...).WithResources(r.Resources...).WithVerbs(r.Verbs...))
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, cr, opts); err != nil {
+		return fmt.Errorf("apply ClusterRole %s: %w", s.Name, err)
+	}
+	crb := rbacv1ac.ClusterRoleBinding(s.Name).WithLabels(labels).
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup("rbac.authorization.k8s.io").WithKind("ClusterRole").WithName(s.Name)).
+		WithSubjects(rbacv1ac.Subject().WithKind("ServiceAccount").WithName(s.Name).WithNamespace(Namespace))
+	if _, err := cs.RbacV1().ClusterRoleBindings().Apply(ctx, crb, opts); err != nil {
+		return fmt.Errorf("apply ClusterRoleBinding %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// TokenExpiry reads a JWT's exp claim (the token is not verified: it is
+// ours, read back from our own file).
+func TokenExpiry(token string) (time.Time, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if json.Unmarshal(b, &claims) != nil || claims.Exp == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(claims.Exp, 0), true
+}
+
+// Kubeconfig renders the inspector's kubeconfig around a token.
+func Kubeconfig(name, server string, ca []byte, token string) ([]byte, error) {
+	c := clientcmdapi.NewConfig()
+	c.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	c.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	c.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	c.CurrentContext = name
+	return clientcmd.Write(*c)
+}
+
+// Fresh reports whether an existing inspector kubeconfig can stay: same
+// server and CA, and a token with more than a quarter of ttl left.
+func Fresh(cur []byte, name, server string, ca []byte, ttl time.Duration, now time.Time) bool {
+	c, err := clientcmd.Load(cur)
+	if err != nil {
+		return false
+	}
+	cl, ai := c.Clusters[name], c.AuthInfos[name]
+	if cl == nil || ai == nil || cl.Server != server || string(cl.CertificateAuthorityData) != string(ca) || c.CurrentContext != name {
+		return false
+	}
+	exp, ok := TokenExpiry(ai.Token)
+	return ok && exp.Sub(now) > ttl/4
+}
+
+// Mint asks the TokenRequest API for a token of ttl.
+func Mint(ctx context.Context, cs kubernetes.Interface, name string, ttl time.Duration) (string, error) {
+	secs := int64(ttl.Seconds())
+	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, name, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("request a token for %s/%s: %w", Namespace, name, err)
+	}
+	return tr.Status.Token, nil
+}

@@ -1,0 +1,150 @@
+// Package kubeconfig renders and writes the laptop's kubeconfigs: the admin
+// one (from k3s.yaml, pointed at the VM's address, named after the
+// cluster) and the inspector's read-only one. Files are written atomically
+// with mode 0600 and changed only when their content differs.
+package kubeconfig
+
+import (
+	"bytes"
+	"encoding/base64"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// Admin renders the admin kubeconfig: server https://<ip>:6443, cluster,
+// user and context all named name, credentials from k3s.yaml.
+func Admin(k3sYAML []byte, name, server string) ([]byte, error) {
+	src, err := clientcmd.Load(k3sYAML)
+	if err != nil {
+		return nil, fmt.Errorf("parse k3s.yaml: %w", err)
+	}
+	ctx := src.Contexts[src.CurrentContext]
+	if ctx == nil || src.Clusters[ctx.Cluster] == nil || src.AuthInfos[ctx.AuthInfo] == nil {
+		return nil, errors.New("k3s.yaml has no current context with a cluster and a user")
+	}
+	cl, user := src.Clusters[ctx.Cluster], src.AuthInfos[ctx.AuthInfo]
+	out := clientcmdapi.NewConfig()
+	out.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cl.CertificateAuthorityData}
+	out.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: user.ClientCertificateData, ClientKeyData: user.ClientKeyData}
+	out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	out.CurrentContext = name
+	return clientcmd.Write(*out)
+}
+
+// Secrets returns the credential values in a kubeconfig, for redaction.
+func Secrets(kubeconfig []byte) []string {
+	c, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, a := range c.AuthInfos {
+		if len(a.ClientKeyData) > 0 {
+			// As it appears in the file (base64) and decoded.
+			out = append(out, base64.StdEncoding.EncodeToString(a.ClientKeyData), string(a.ClientKeyData))
+		}
+		if a.Token != "" {
+			out = append(out, a.Token)
+		}
+	}
+	return out
+}
+
+// File is a step that keeps one kubeconfig file on the laptop.
+type File struct {
+	StepID string
+	Path   string
+	// Render returns the desired content; nil content with a reason means
+	// it cannot be rendered without acting (check mode before the cluster
+	// exists, or a token that would have to be minted). act is false in
+	// Check, true in Apply.
+	Render func(ctx context.Context, current []byte, act bool) (want []byte, pending string, err error)
+}
+
+var _ step.Step = (*File)(nil)
+
+// ID implements step.Step.
+func (f *File) ID() string { return f.StepID }
+
+// Host implements step.Step.
+func (f *File) Host() string { return "laptop" }
+
+func (f *File) plan(ctx context.Context, act bool) (cur, want []byte, p step.Plan, err error) {
+	cur, err = os.ReadFile(f.Path)
+	action := step.Update
+	if errors.Is(err, fs.ErrNotExist) {
+		action, err = step.Create, nil
+	}
+	if err != nil {
+		return nil, nil, p, err
+	}
+	want, pending, err := f.Render(ctx, cur, act)
+	if err != nil {
+		return nil, nil, p, err
+	}
+	if want == nil {
+		p.Changes = []step.Change{{Target: f.Path, Action: action, Summary: fmt.Sprintf("%s %s (%s)", action, f.Path, pending)}}
+		return cur, nil, p, nil
+	}
+	fi, statErr := os.Stat(f.Path)
+	if bytes.Equal(cur, want) && statErr == nil && fi.Mode().Perm() == 0o600 {
+		p.Note = f.Path + " up to date"
+		return cur, want, p, nil
+	}
+	p.Changes = []step.Change{{Target: f.Path, Action: action, Summary: action.String() + " " + f.Path,
+		Diff: &step.Diff{Path: f.Path, Before: string(cur), After: string(want)}}}
+	return cur, want, p, nil
+}
+
+// Check implements step.Step.
+func (f *File) Check(ctx context.Context) (step.Plan, error) {
+	_, _, p, err := f.plan(ctx, false)
+	return p, err
+}
+
+// Apply implements step.Step.
+func (f *File) Apply(ctx context.Context, _ step.Plan) error {
+	_, want, _, err := f.plan(ctx, true)
+	if err != nil {
+		return err
+	}
+	if want == nil {
+		return fmt.Errorf("write %s: nothing to write yet", f.Path)
+	}
+	return WriteFile(f.Path, want)
+}
+
+// WriteFile writes data to path atomically, mode 0600, making the
+// directory (0700) if needed.
+func WriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
