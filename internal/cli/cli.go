@@ -18,6 +18,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
+	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
@@ -375,14 +376,24 @@ func newKubeconfig(g *global, o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if merge {
-				return errors.New("kubeconfig --merge is not implemented in this version of mgmtctl")
-			}
 			p := l.KubeconfigPath()
-			if _, err := os.Stat(p); err != nil {
-				return fmt.Errorf("no kubeconfig at %s yet: run mgmtctl apply (phase kubeconfig) first", p)
+			admin, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("no kubeconfig at %s yet: run mgmtctl apply --tags kubeconfig first", p)
 			}
-			fmt.Fprintln(o.Out, filepath.Clean(p))
+			if !merge {
+				fmt.Fprintln(o.Out, filepath.Clean(p))
+				return nil
+			}
+			target := filepath.Join(o.Home, ".kube", "config")
+			if kc := o.Getenv("KUBECONFIG"); kc != "" {
+				target = filepath.SplitList(kc)[0]
+			}
+			name := l.Cluster.Metadata.Name
+			if err := kubeconfig.Merge(admin, name, target); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.Out, "merged context %s into %s (current context unchanged; switch with: kubectl config use-context %s)\n", name, target, name)
 			return nil
 		},
 	}

@@ -421,3 +421,26 @@ func TestVersionAndCompletion(t *testing.T) {
 		t.Errorf("completion: %d", code)
 	}
 }
+
+func TestKubeconfigCommand(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.writeConfig("192.0.2.10", nil)
+	if code := e.run("kubeconfig", "-c", cfg); code != ExitFailed || !strings.Contains(e.err.String(), "run mgmtctl apply --tags kubeconfig first") {
+		t.Fatalf("before apply: %d %s", code, e.err.String())
+	}
+	admin := "apiVersion: v1\nkind: Config\ncurrent-context: lab-mgmt\nclusters:\n- name: lab-mgmt\n  cluster: {server: \"https://192.0.2.50:6443\"}\nusers:\n- name: lab-mgmt\n  user: {token: t}\ncontexts:\n- name: lab-mgmt\n  context: {cluster: lab-mgmt, user: lab-mgmt}\n"
+	p := filepath.Join(e.home, ".kube", "lab-mgmt.kubeconfig")
+	os.MkdirAll(filepath.Dir(p), 0o700)
+	os.WriteFile(p, []byte(admin), 0o600)
+	if code := e.run("kubeconfig", "-c", cfg); code != 0 || strings.TrimSpace(e.out.String()) != p {
+		t.Errorf("path: %d %q", code, e.out.String())
+	}
+	target := filepath.Join(e.dir, "other-config")
+	e.vars["KUBECONFIG"] = target + ":" + filepath.Join(e.dir, "second")
+	if code := e.run("kubeconfig", "--merge", "-c", cfg); code != 0 || !strings.Contains(e.out.String(), "merged context lab-mgmt into "+target) {
+		t.Fatalf("merge: %d %s %s", code, e.out.String(), e.err.String())
+	}
+	if b, _ := os.ReadFile(target); !strings.Contains(string(b), "https://192.0.2.50:6443") {
+		t.Errorf("merged file:\n%s", b)
+	}
+}

@@ -6,8 +6,8 @@ package kubeconfig
 
 import (
 	"bytes"
-	"encoding/base64"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -147,4 +147,41 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// Merge adds the context, cluster and user named name from the admin
+// kubeconfig into the kubeconfig at target, without switching its
+// current-context. It replaces only its own entries: an entry of that name
+// pointing at another server is a clash, reported, never overwritten.
+func Merge(admin []byte, name, target string) error {
+	src, err := clientcmd.Load(admin)
+	if err != nil {
+		return fmt.Errorf("parse the admin kubeconfig: %w", err)
+	}
+	cl, user, ctx := src.Clusters[name], src.AuthInfos[name], src.Contexts[name]
+	if cl == nil || user == nil || ctx == nil {
+		return fmt.Errorf("the admin kubeconfig has no cluster, user and context named %q", name)
+	}
+	dst := clientcmdapi.NewConfig()
+	if b, err := os.ReadFile(target); err == nil {
+		if dst, err = clientcmd.Load(b); err != nil {
+			return fmt.Errorf("parse %s: %w", target, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	own := dst.Clusters[name] != nil && dst.Clusters[name].Server == cl.Server
+	if !own {
+		for kind, present := range map[string]bool{"cluster": dst.Clusters[name] != nil, "user": dst.AuthInfos[name] != nil, "context": dst.Contexts[name] != nil} {
+			if present {
+				return fmt.Errorf("%s already has a %s named %q that is not this cluster's (server %s); rename it or choose another metadata.name", target, kind, name, cl.Server)
+			}
+		}
+	}
+	dst.Clusters[name], dst.AuthInfos[name], dst.Contexts[name] = cl, user, ctx
+	b, err := clientcmd.Write(*dst)
+	if err != nil {
+		return err
+	}
+	return WriteFile(target, b)
 }

@@ -67,3 +67,47 @@ func TestWriteFileIsPrivateAndAtomic(t *testing.T) {
 		t.Errorf("left: %v", entries)
 	}
 }
+
+func TestMerge(t *testing.T) {
+	admin, err := Admin([]byte(k3sYAML), "lab-mgmt", "https://192.0.2.50:6443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	target := filepath.Join(dir, "config")
+	foreign := `apiVersion: v1
+kind: Config
+current-context: prod
+clusters:
+- name: prod
+  cluster: {server: "https://prod.example:6443"}
+users:
+- name: prod
+  user: {token: abc}
+contexts:
+- name: prod
+  context: {cluster: prod, user: prod}
+`
+	os.WriteFile(target, []byte(foreign), 0o600)
+	for i := 0; i < 2; i++ { // idempotent
+		if err := Merge(admin, "lab-mgmt", target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(target)
+	s := string(b)
+	for _, want := range []string{"current-context: prod", "server: https://prod.example:6443", "name: lab-mgmt", "server: https://192.0.2.50:6443"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("merged config lacks %q:\n%s", want, s)
+		}
+	}
+	// A foreign entry with our name is a clash, and the file is untouched.
+	clash := strings.ReplaceAll(foreign, "prod", "lab-mgmt")
+	os.WriteFile(target, []byte(clash), 0o600)
+	if err := Merge(admin, "lab-mgmt", target); err == nil || !strings.Contains(err.Error(), "is not this cluster's") {
+		t.Fatalf("clash: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != clash {
+		t.Error("clashing file was changed")
+	}
+}

@@ -177,6 +177,14 @@ func TestKubeconfigAndInspector(t *testing.T) {
 			}
 		}
 	}
+	// Merge into ~/.kube/config without switching to it.
+	if r := e.mgmtctl("kubeconfig", "--merge"); r.Code != 0 {
+		t.Fatalf("merge: %+v", r)
+	}
+	home := filepath.Join(e.LaptopHome(), ".kube/config")
+	if r := kubectl(home, "--context", "lab-mgmt", "get", "nodes", "-o", "name"); r.Stdout != "node/lab-mgmt\n" {
+		t.Errorf("merged context: %+v", r)
+	}
 	before, _ := os.ReadFile(ro)
 	r = e.apply("--tags", tags)
 	mustSucceed(t, r, "second apply")
