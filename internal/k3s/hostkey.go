@@ -32,16 +32,6 @@ func (s *HostKeyCheck) ID() string { return "host-key-check" }
 // Host implements step.Step.
 func (s *HostKeyCheck) Host() string { return s.Name }
 
-func keyFile(t string) string {
-	switch {
-	case strings.Contains(t, "ed25519"):
-		return "/etc/ssh/ssh_host_ed25519_key.pub"
-	case strings.Contains(t, "ecdsa"):
-		return "/etc/ssh/ssh_host_ecdsa_key.pub"
-	}
-	return "/etc/ssh/ssh_host_rsa_key.pub"
-}
-
 // Check implements step.Step. It never changes anything.
 func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 	pinned := s.Pinned()
@@ -49,7 +39,7 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Skip: "no VM connection yet"}, nil
 	}
 	vmid := strconv.Itoa(s.VMID)
-	res, err := remote.ReadOnly(s.Node).Run(ctx, remote.Query("qm", "guest", "exec", vmid, "--", "cat", keyFile(pinned.Type())).Allow(2, 255))
+	res, err := remote.ReadOnly(s.Node).Run(ctx, remote.Query("qm", "guest", "exec", vmid, "--", "cat", remote.HostKeyFile(pinned.Type())).Allow(2, 255))
 	if err != nil {
 		return step.Plan{}, err
 	}
@@ -65,11 +55,11 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 		Out      string `json:"out-data"`
 	}
 	if err := json.Unmarshal(res.Stdout, &out); err != nil || out.ExitCode != 0 {
-		return step.Plan{}, fmt.Errorf("qm guest exec %s on %s: cannot read %s: %q", vmid, s.Name, keyFile(pinned.Type()), res.Stdout)
+		return step.Plan{}, fmt.Errorf("qm guest exec %s on %s: cannot read %s: %q", vmid, s.Name, remote.HostKeyFile(pinned.Type()), res.Stdout)
 	}
 	key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(out.Out))
 	if err != nil {
-		return step.Plan{}, fmt.Errorf("VM %s's %s is not a public key: %w", vmid, keyFile(pinned.Type()), err)
+		return step.Plan{}, fmt.Errorf("VM %s's %s is not a public key: %w", vmid, remote.HostKeyFile(pinned.Type()), err)
 	}
 	if ssh.FingerprintSHA256(key) != ssh.FingerprintSHA256(pinned) {
 		return step.Plan{}, fmt.Errorf("VM %s's host key, read through the guest agent, is %s, but SSH to the VM presented %s: the SSH peer is not this VM; nothing more is done",

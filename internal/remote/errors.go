@@ -74,6 +74,11 @@ func (e *HostKeyError) Error() string {
 		e.Host, e.KeyType, e.Fingerprint, e.KnownHosts, keyFileName(e.KeyType), e.Hint)
 }
 
+// HostKeyFile is where OpenSSH keeps a host's public key of keyType.
+func HostKeyFile(keyType string) string {
+	return "/etc/ssh/ssh_host_" + keyFileName(keyType) + "_key.pub"
+}
+
 func keyFileName(keyType string) string {
 	switch {
 	case strings.Contains(keyType, "ed25519"):

@@ -13,7 +13,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
@@ -122,4 +124,35 @@ func mustSucceed(t *testing.T, r labtest.Result, what string) {
 	if r.Code != 0 {
 		t.Fatalf("%s: exit %d\n%s\n%s", what, r.Code, r.Stdout, r.Stderr)
 	}
+}
+
+// killWhen starts `mgmtctl apply --tags tags` in the laptop namespace and
+// SIGKILLs it (with its children) as soon as path exists: a run cut short
+// at a known point.
+func (e *env) killWhen(tags, path, what string) {
+	e.t.Helper()
+	full, err := e.ExecArgv("", []string{e.bin, "apply", "--tags", tags, "-c", e.ConfigPath()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(full[0], full[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			cmd.Wait()
+			e.t.Fatal(what + " never happened")
+		}
+		// The test observes the lab's disk from outside: nothing to watch.
+		<-time.After(5 * time.Millisecond)
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	cmd.Wait()
 }

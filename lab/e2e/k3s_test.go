@@ -3,12 +3,9 @@ package e2e
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
@@ -103,28 +100,7 @@ func TestK3sPhase(t *testing.T) {
 func TestKilledDuringK3sInstall(t *testing.T) {
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm"), "vm")
-	full, err := e.ExecArgv("", []string{e.bin, "apply", "--tags", "k3s", "-c", e.ConfigPath()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(full[0], full[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(e.VMDisk(lab.VMID), "upper/usr/local/bin/k3s")
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := os.Stat(bin); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the installer never ran")
-		}
-		<-time.After(5 * time.Millisecond)
-	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	cmd.Wait()
+	e.killWhen("k3s", filepath.Join(e.VMDisk(lab.VMID), "upper/usr/local/bin/k3s"), "the k3s install")
 	mustSucceed(t, e.apply("--tags", "vm,k3s"), "apply after kill")
 	if got := recap(t, e.apply("--tags", "vm,k3s")); !strings.Contains(got, "changed=0") {
 		t.Errorf("third run: %s", got)

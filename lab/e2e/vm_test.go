@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // TestVMPhaseConverges: check changes nothing; apply converges; the second
@@ -164,28 +161,7 @@ func TestChangedVMHostKey(t *testing.T) {
 // the next run, with one VM, and the run after that changes nothing.
 func TestKilledAfterCreate(t *testing.T) {
 	e := start(t)
-	full, err := e.ExecArgv("", []string{e.bin, "apply", "--tags", "vm", "-c", e.ConfigPath()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(full[0], full[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(e.HostDisk("pve"), "upper/etc/pve/nodes/pve/qemu-server/110.conf")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(conf); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("qm create never happened")
-		}
-		<-time.After(5 * time.Millisecond)
-	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	cmd.Wait()
+	e.killWhen("vm", filepath.Join(e.HostDisk("pve"), "upper/etc/pve/nodes/pve/qemu-server/110.conf"), "qm create")
 	r := e.apply("--tags", "vm")
 	mustSucceed(t, r, "apply after kill")
 	if strings.Contains(r.Stdout, "vm/create-vm: create") {
