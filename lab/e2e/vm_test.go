@@ -174,3 +174,21 @@ func TestKilledAfterCreate(t *testing.T) {
 		t.Errorf("third run: %s", got)
 	}
 }
+
+// TestProxmoxDropsOffTheNetwork: a node that stops answering is reported
+// as unreachable (exit 4) after bounded retries; once it is back, the run
+// converges.
+func TestProxmoxDropsOffTheNetwork(t *testing.T) {
+	e := start(t)
+	if err := e.SetFault("drop-connections", "pve", true); err != nil {
+		t.Fatal(err)
+	}
+	r := e.apply("--tags", "vm")
+	if r.Code != 4 || !strings.Contains(r.Stderr, "connect to pve (192.0.2.10:22)") || !strings.Contains(r.Stderr, "after 4 attempts") {
+		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
+	}
+	if err := e.SetFault("drop-connections", "", false); err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, e.apply("--tags", "vm"), "apply once the node is back")
+}

@@ -95,6 +95,7 @@ var Faults = map[string]string{
 	"slow-boot":     "VMs take N seconds to boot (value: seconds)",
 	"fail-boot":     "a started VM never comes up",
 	"corrupt-image": "the mirror serves the cloud image with a flipped byte",
+	"drop-connections": "a host (value: pve, mirror, vm110, ...) drops off the network: its bridge port goes down, so connections to it hang and break",
 }
 
 // SetFault turns a fault on (with a value) or off.
@@ -105,6 +106,24 @@ func (l *Lab) SetFault(name, value string, on bool) error {
 			names = append(names, n)
 		}
 		return fmt.Errorf("unknown fault %q (faults: %s)", name, strings.Join(names, ", "))
+	}
+	if name == "drop-connections" {
+		host := value
+		if host == "" {
+			if b, err := os.ReadFile(l.FaultPath(name)); err == nil {
+				host = strings.TrimSpace(string(b))
+			}
+		}
+		if host == "" {
+			return fmt.Errorf("drop-connections needs a host: pve, mirror, laptop or vm<ID>")
+		}
+		state := "down"
+		if !on {
+			state = "up"
+		}
+		if err := l.Net.SetPort(host, state); err != nil {
+			return err
+		}
 	}
 	if !on {
 		err := os.Remove(l.FaultPath(name))

@@ -157,3 +157,14 @@ func (n Net) Destroy() error {
 	}
 	return firstErr
 }
+
+// SetPort sets host's bridge port up or down: down, the host is cut off
+// the network without noticing (its own link stays up), as when a cable or
+// switch port fails.
+func (n Net) SetPort(host, state string) error {
+	_, err := run("ip", "-n", n.NS("net"), "link", "set", "v-"+host, state)
+	if err != nil {
+		return fmt.Errorf("set %s's port %s: %w", host, state, err)
+	}
+	return nil
+}
