@@ -11,7 +11,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
+
 	"io/fs"
 	"net"
 
@@ -189,6 +189,3 @@ func WriteFile(ctx context.Context, r Runner, host string, f File) (bool, error)
 		return false, fmt.Errorf("write %s on %s: unexpected output %q", f.Path, host, out)
 	}
 }
-
-// drain reads r to the end, for stdin a command did not consume.
-func drain(r io.Reader) { _, _ = io.Copy(io.Discard, r) }

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -267,5 +266,3 @@ func runPvesh(args []string) int {
 	fmt.Fprintf(os.Stderr, "no such API path in the lab: %s\n", strings.Join(args, " "))
 	return 255
 }
-
-var _ = context.Background
