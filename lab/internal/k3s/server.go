@@ -232,9 +232,18 @@ func Server(args []string, log io.Writer) error {
 	if err := applyCRDs(ctx, rc, log); err != nil {
 		logf(log, "apply CRDs: %v", err)
 	}
+	if err := applyYAML(ctx, rc, []byte(addonCRD)); err != nil {
+		logf(log, "apply Addon CRD: %v", err)
+	}
 	if err := registerNode(ctx, cs, hostname, ip); err != nil {
 		return fmt.Errorf("register node: %w", err)
 	}
+	_ = os.MkdirAll(ManifestsDir, 0o700)
+	dep, err := newDeployer(rc, cs, log)
+	if err != nil {
+		return err
+	}
+	go dep.run(ctx)
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
 	go heartbeat(ctx, cs, hostname)
@@ -373,6 +382,40 @@ func applyCRDs(ctx context.Context, rc *rest.Config, log io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// applyYAML creates or updates one CRD given as YAML, and waits until it
+// is Established so objects of its kind can be applied.
+func applyYAML(ctx context.Context, rc *rest.Config, b []byte) error {
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return err
+	}
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(j); err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dc.Resource(gvr).Apply(ctx, u.GetName(), &u, metav1.ApplyOptions{FieldManager: "k3s", Force: true}); err != nil {
+		return err
+	}
+	for i := 0; i < 100; i++ {
+		got, err := dc.Resource(gvr).Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err == nil {
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+					return nil
+				}
+			}
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+	return fmt.Errorf("CRD %s not established", u.GetName())
 }
 
 func readyConditions(now metav1.Time) []corev1.NodeCondition {

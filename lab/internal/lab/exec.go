@@ -92,9 +92,9 @@ func (l *Lab) Status(out io.Writer) error {
 
 // Faults are the switches tests and users can flip.
 var Faults = map[string]string{
-	"slow-boot":     "VMs take N seconds to boot (value: seconds)",
-	"fail-boot":     "a started VM never comes up",
-	"corrupt-image": "the mirror serves the cloud image with a flipped byte",
+	"slow-boot":        "VMs take N seconds to boot (value: seconds)",
+	"fail-boot":        "a started VM never comes up",
+	"corrupt-image":    "the mirror serves the cloud image with a flipped byte",
 	"drop-connections": "a host (value: pve, mirror, vm110, ...) drops off the network: its bridge port goes down, so connections to it hang and break",
 }
 

@@ -301,4 +301,18 @@ func TestK3s(t *testing.T) {
 	if r := vm("cat /etc/systemd/system/k3s.service"); !strings.Contains(r.Stdout, "ExecStart=/usr/local/bin/k3s \\\n    server \\\n\t'--disable=servicelb' \\\n") {
 		t.Errorf("unit:\n%s", r.Stdout)
 	}
+
+	// The deploy controller applies the manifests directory at start (and
+	// on every 15 s rescan), tracking each file as an Addon.
+	manifest := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\n  namespace: default\ndata:\n  k: v\n"
+	if r := vm("printf '" + manifest + "' | sudo tee /var/lib/rancher/k3s/server/manifests/demo.yaml >/dev/null && sudo systemctl restart k3s"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := l.Run("", kubectl, "--kubeconfig", kc, "get", "configmap", "demo", "-o", "jsonpath={.data.k}"); r.Stdout != "v" {
+		t.Errorf("manifest not applied: %+v", r)
+	}
+	r = l.Run("", kubectl, "--kubeconfig", kc, "-n", "kube-system", "get", "addons.k3s.cattle.io", "demo", "-o", "jsonpath={.spec.source} {.spec.checksum}")
+	if !strings.HasPrefix(r.Stdout, "/var/lib/rancher/k3s/server/manifests/demo.yaml ") || len(strings.Fields(r.Stdout)) != 2 || len(strings.Fields(r.Stdout)[1]) != 64 {
+		t.Errorf("addon: %+v", r)
+	}
 }
