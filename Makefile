@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36
 
-.PHONY: all build test vet bench demo lab-down clean
+.PHONY: all build deps test vet bench demo lab-down clean
 
 all: build
 
@@ -25,7 +25,10 @@ test: vet
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-demo: build
+deps:
+	bash hack/install-deps.sh
+
+demo: deps build
 	./hack/demo.sh
 
 clean:
