@@ -11,9 +11,9 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func TestParseVersion(t *testing.T) {
 	tests := map[string]string{
 		"k3s version v1.35.7+k3s1 (abcdef12)\ngo version go1.24.5\n": "v1.35.7+k3s1",
-		"k3s version v1.36.3+k3s1 (0123abcd)\n":                     "v1.36.3+k3s1",
-		"":                                                          "",
-		"sh: 1: k3s: not found\n":                                   "",
+		"k3s version v1.36.3+k3s1 (0123abcd)\n":                      "v1.36.3+k3s1",
+		"":                                                           "",
+		"sh: 1: k3s: not found\n":                                    "",
 	}
 	for in, want := range tests {
 		if got := ParseVersion(in); got != want {

@@ -12,11 +12,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/mgmtctl/mgmtctl/internal/localfile"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -120,33 +120,7 @@ func (f *File) Apply(ctx context.Context, _ step.Plan) error {
 	if want == nil {
 		return fmt.Errorf("write %s: nothing to write yet", f.Path)
 	}
-	return WriteFile(f.Path, want)
-}
-
-// WriteFile writes data to path atomically, mode 0600, making the
-// directory (0700) if needed.
-func WriteFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return localfile.Write(f.Path, want)
 }
 
 // Merge adds the context, cluster and user named name from the admin
@@ -183,5 +157,5 @@ func Merge(admin []byte, name, target string) error {
 	if err != nil {
 		return err
 	}
-	return WriteFile(target, b)
+	return localfile.Write(target, b)
 }

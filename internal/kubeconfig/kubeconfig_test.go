@@ -52,22 +52,6 @@ func TestAdminGolden(t *testing.T) {
 	}
 }
 
-func TestWriteFileIsPrivateAndAtomic(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "kube", "x.kubeconfig")
-	if err := WriteFile(p, []byte("a")); err != nil {
-		t.Fatal(err)
-	}
-	fi, _ := os.Stat(p)
-	di, _ := os.Stat(filepath.Dir(p))
-	if fi.Mode().Perm() != 0o600 || di.Mode().Perm() != 0o700 {
-		t.Errorf("modes %v %v", fi.Mode().Perm(), di.Mode().Perm())
-	}
-	entries, _ := os.ReadDir(filepath.Dir(p))
-	if len(entries) != 1 || strings.HasPrefix(entries[0].Name(), ".") {
-		t.Errorf("left: %v", entries)
-	}
-}
-
 func TestMerge(t *testing.T) {
 	admin, err := Admin([]byte(k3sYAML), "lab-mgmt", "https://192.0.2.50:6443")
 	if err != nil {

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/mgmtctl/mgmtctl/internal/localfile"
 )
 
 // hostKeys verifies host keys against known_hosts files. A missing file is
@@ -151,39 +152,45 @@ func (probeKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe"
 // whatever that file said about addr before (a VM re-created by this run
 // brings a new key). The file is rewritten atomically, mode 0600.
 func RememberHostKey(file, addr string, key ssh.PublicKey) error {
-	host := knownhosts.Normalize(addr)
-	old, err := os.ReadFile(file)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	keep, _, err := linesWithout(file, addr)
+	if err != nil {
 		return err
 	}
-	var keep []string
+	keep = append(keep, knownhosts.Line([]string{knownhosts.Normalize(addr)}, key))
+	return localfile.Write(file, []byte(strings.Join(keep, "\n")+"\n"))
+}
+
+// ForgetHostKey removes what the known_hosts file says about addr.
+func ForgetHostKey(file, addr string) error {
+	keep, exists, err := linesWithout(file, addr)
+	if err != nil || !exists {
+		return err
+	}
+	out := ""
+	if len(keep) > 0 {
+		out = strings.Join(keep, "\n") + "\n"
+	}
+	return localfile.Write(file, []byte(out))
+}
+
+// linesWithout reads a known_hosts file without its blank lines and the
+// lines naming addr; a missing file is empty.
+func linesWithout(file, addr string) (keep []string, exists bool, err error) {
+	old, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	host := knownhosts.Normalize(addr)
 	for _, line := range strings.Split(string(old), "\n") {
-		if line == "" {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) > 0 && containsHost(f[0], host) {
+		if f := strings.Fields(line); len(f) == 0 || containsHost(f[0], host) {
 			continue
 		}
 		keep = append(keep, line)
 	}
-	keep = append(keep, knownhosts.Line([]string{host}, key))
-	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".known_hosts-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(strings.Join(keep, "\n") + "\n"); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), file)
+	return keep, true, nil
 }
 
 func containsHost(field, host string) bool {
@@ -193,28 +200,4 @@ func containsHost(field, host string) bool {
 		}
 	}
 	return false
-}
-
-// ForgetHostKey removes what the known_hosts file says about addr.
-func ForgetHostKey(file, addr string) error {
-	old, err := os.ReadFile(file)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	host := knownhosts.Normalize(addr)
-	var keep []string
-	for _, line := range strings.Split(string(old), "\n") {
-		if f := strings.Fields(line); line == "" || (len(f) > 0 && containsHost(f[0], host)) {
-			continue
-		}
-		keep = append(keep, line)
-	}
-	out := ""
-	if len(keep) > 0 {
-		out = strings.Join(keep, "\n") + "\n"
-	}
-	return os.WriteFile(file, []byte(out), 0o600)
 }
