@@ -12,13 +12,7 @@ import (
 // read-only commands batched with the same three run one by one, against a
 // real sshd.
 func BenchmarkFacts(b *testing.B) {
-	s := sshtest.Start(b)
-	c, err := (&remote.Dialer{}).Connect(context.Background(), remote.Target{Name: "pve", Addr: s.Addr, User: s.User,
-		KnownHosts: []string{s.KnownHosts}, Identities: []string{s.ClientKey}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchConn(b)
 	cmds := []remote.Cmd{remote.Query("uname", "-r"), remote.Query("cat", "/etc/hostname"), remote.Query("id", "-u")}
 	ctx := context.Background()
 	b.Run("batch", func(b *testing.B) {
@@ -40,13 +34,7 @@ func BenchmarkFacts(b *testing.B) {
 }
 
 func BenchmarkWriteFileUnchanged(b *testing.B) {
-	s := sshtest.Start(b)
-	c, err := (&remote.Dialer{}).Connect(context.Background(), remote.Target{Name: "pve", Addr: s.Addr, User: s.User,
-		KnownHosts: []string{s.KnownHosts}, Identities: []string{s.ClientKey}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchConn(b)
 	f := remote.File{Path: b.TempDir() + "/config.yaml", Content: []byte("tls-san:\n  - 192.0.2.50\n"), Mode: 0o600}
 	ctx := context.Background()
 	if _, err := c.WriteFile(ctx, f); err != nil {
@@ -58,4 +46,16 @@ func BenchmarkWriteFileUnchanged(b *testing.B) {
 			b.Fatalf("changed=%v err=%v", changed, err)
 		}
 	}
+}
+
+// benchConn connects to a fresh real sshd for the benchmark.
+func benchConn(b *testing.B) *remote.Conn {
+	s := sshtest.Start(b)
+	c, err := (&remote.Dialer{}).Connect(context.Background(), remote.Target{Name: "pve", Addr: s.Addr, User: s.User,
+		KnownHosts: []string{s.KnownHosts}, Identities: []string{s.ClientKey}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
 }

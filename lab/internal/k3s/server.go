@@ -229,10 +229,10 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 	logf(log, "Wrote kubeconfig %s", KubeConfig)
-	if err := applyCRDs(ctx, rc, log); err != nil {
+	if err := applyCRDs(ctx, rc); err != nil {
 		logf(log, "apply CRDs: %v", err)
 	}
-	if err := applyYAML(ctx, rc, []byte(addonCRD)); err != nil {
+	if err := applyCRD(ctx, rc, []byte(addonCRD)); err != nil {
 		logf(log, "apply Addon CRD: %v", err)
 	}
 	if err := registerNode(ctx, cs, hostname, ip); err != nil {
@@ -354,39 +354,24 @@ func labDir() string {
 
 // applyCRDs creates helm-controller's CRDs, which k3s embeds and applies at
 // start (upstream-facts: fixtures/crds/helm-controller).
-func applyCRDs(ctx context.Context, rc *rest.Config, log io.Writer) error {
-	dir := filepath.Join(labDir(), "crds", "helm-controller")
-	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+func applyCRDs(ctx context.Context, rc *rest.Config) error {
+	files, _ := filepath.Glob(filepath.Join(labDir(), "crds", "helm-controller", "*.yaml"))
 	sort.Strings(files)
-	dc, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return err
 		}
-		j, err := yaml.YAMLToJSON(b)
-		if err != nil {
-			return err
-		}
-		var u unstructured.Unstructured
-		if err := u.UnmarshalJSON(j); err != nil {
-			return err
-		}
-		force := true
-		if _, err := dc.Resource(gvr).Apply(ctx, u.GetName(), &u, metav1.ApplyOptions{FieldManager: "k3s", Force: force}); err != nil {
+		if err := applyCRD(ctx, rc, b); err != nil {
 			return fmt.Errorf("apply %s: %w", filepath.Base(f), err)
 		}
 	}
 	return nil
 }
 
-// applyYAML creates or updates one CRD given as YAML, and waits until it
+// applyCRD creates or updates one CRD given as YAML, and waits until it
 // is Established so objects of its kind can be applied.
-func applyYAML(ctx context.Context, rc *rest.Config, b []byte) error {
+func applyCRD(ctx context.Context, rc *rest.Config, b []byte) error {
 	dc, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return err
