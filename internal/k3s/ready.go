@@ -70,7 +70,6 @@ func (s *NodeReady) Apply(ctx context.Context, p step.Plan) error {
 	ctx, cancel := context.WithTimeout(ctx, NodeReadyTimeout)
 	defer cancel()
 	step.Progress(ctx, "waiting for node "+s.V.Name()+" to be Ready")
-	var kc []byte
 	// k3s writes k3s.yaml once its apiserver answers; the installer has
 	// already waited for that (Type=notify), so one read normally does.
 	kc, err := s.V.ro().ReadFile(ctx, KubeconfigPath, true)
