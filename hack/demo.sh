@@ -6,8 +6,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin="$here/bin"
 dir=${LAB_DIR:-"$here/.lab"}
-# The phases this version has; the others follow (see README's status).
-tags=${TAGS:-vm,k3s,kubeconfig,inspector}
+# Every phase by default; TAGS=vm,k3s runs some of them.
+tags=${TAGS:-vm,k3s,addons,capi,kubeconfig,inspector}
 
 if [ "$(id -u)" != 0 ]; then
   echo "make demo needs root: the lab is built from network namespaces" >&2
@@ -27,6 +27,8 @@ cat <<MSG
 The lab is still up in $dir:
   $bin/labsim status --dir $dir
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt.kubeconfig get nodes
+  $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt.kubeconfig \\
+      get coreproviders,bootstrapproviders,controlplaneproviders,infrastructureproviders,ipamproviders -A
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt-ro.kubeconfig auth can-i get secrets
   $bin/labsim exec --dir $dir -- ssh -i $dir/laptop/home/.ssh/id_ed25519 \\
       -o UserKnownHostsFile=$dir/laptop/home/.ssh/known_hosts root@192.0.2.10 qm config 110

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -101,4 +102,33 @@ func waitErr(ctx context.Context, name, last string, err error) error {
 		return fmt.Errorf("node %s not Ready: %s", name, last)
 	}
 	return fmt.Errorf("watch node %s: %w", name, err)
+}
+
+// Cluster is the management cluster's API, typed and dynamic, reached
+// through the VM.
+type Cluster struct {
+	Typed   kubernetes.Interface
+	Dynamic dynamic.Interface
+}
+
+// NewCluster builds both clients from k3s.yaml's bytes, dialling through d.
+func NewCluster(kubeconfig []byte, d Dialer) (*Cluster, error) {
+	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("parse k3s.yaml: %w", err)
+	}
+	rc.Dial = d
+	rc.UserAgent = "mgmtctl"
+	// Watches outlive a request timeout; each call has its own context.
+	rc.Timeout = 0
+	rc.QPS, rc.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{Typed: cs, Dynamic: dc}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/mgmtctl/mgmtctl/internal/addons"
+	"github.com/mgmtctl/mgmtctl/internal/capi"
 	"github.com/mgmtctl/mgmtctl/internal/inspector"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
@@ -25,8 +27,8 @@ func Build(s *Session) []step.Phase {
 	return []step.Phase{
 		vmPhase(s),
 		k3sPhase(s),
-		notYet(step.TagAddons, s.Config.Cluster.Metadata.Name),
-		notYet(step.TagCAPI, s.Config.Cluster.Metadata.Name),
+		addonsPhase(s, access),
+		capiPhase(s, access),
 		kubeconfigPhase(s, access),
 		inspectorPhase(s, access),
 	}
@@ -98,6 +100,8 @@ type clusterAccess struct {
 	done    bool
 	k3sYAML []byte
 	client  kubernetes.Interface
+	cluster *kube.Cluster
+	vm      remote.Host
 }
 
 // connect reads k3s.yaml over SSH (kept in memory only) and builds a client
@@ -126,12 +130,73 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.s.Redact != nil {
 		a.s.Redact(kubeconfig.Secrets(kc)...)
 	}
-	cs, err := kube.NewClient(kc, h.DialContext)
+	cl, err := kube.NewCluster(kc, h.DialContext)
 	if err != nil {
 		return err
 	}
-	a.k3sYAML, a.client, a.done = kc, cs, true
+	a.k3sYAML, a.client, a.cluster, a.vm, a.done = kc, cl.Typed, cl, h, true
 	return nil
+}
+
+// connectVM is connect for phases that also write files on the VM: the
+// host stays nil in a check run before the VM exists.
+func (a *clusterAccess) connectVM(ctx context.Context) error {
+	if err := a.connect(ctx); err != nil {
+		return err
+	}
+	if a.vm == nil && !a.s.Check {
+		h, err := a.s.DialVM(ctx, false, false, nil)
+		if err != nil {
+			return err
+		}
+		a.vm = h
+	}
+	return nil
+}
+
+func addonsPhase(s *Session, a *clusterAccess) step.Phase {
+	c := s.Config.Cluster
+	v := &addons.VM{Name: c.Metadata.Name, Cluster: func() *kube.Cluster { return a.cluster }}
+	cm, op := addons.CertManager(c.Spec.CertManager), addons.Operator(c.Spec.ClusterAPIOperator)
+	cmReady := &addons.Ready{V: v, C: cm, Wait: !s.Check}
+	opReady := &addons.Ready{V: v, C: op, Wait: !s.Check}
+	return step.Phase{
+		Tag: step.TagAddons,
+		Prepare: func(ctx context.Context) (string, error) {
+			if err := a.connectVM(ctx); err != nil {
+				return v.Name, err
+			}
+			v.Host = a.vm
+			return v.Name, nil
+		},
+		// cert-manager first: the operator's chart has a Certificate and
+		// an Issuer, whose kinds cert-manager's CRDs define.
+		Steps: []step.Step{
+			&addons.Manifest{V: v, C: cm, Ready: cmReady}, cmReady,
+			&addons.Manifest{V: v, C: op, Ready: opReady}, opReady,
+			&addons.ProviderAPI{V: v, Namespace: op.TargetNamespace, Wait: !s.Check},
+		},
+	}
+}
+
+func capiPhase(s *Session, a *clusterAccess) step.Phase {
+	c := &s.Config.Cluster
+	cl := &capi.Cluster{Name: c.Metadata.Name, Config: c, TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Wait: !s.Check,
+		API: func() *kube.Cluster { return a.cluster }}
+	steps := []step.Step{
+		&capi.Token{C: cl, Source: s.Config.SecretSource},
+		&capi.Namespaces{C: cl},
+		&capi.Variables{C: cl},
+	}
+	for _, p := range cl.Providers() {
+		steps = append(steps, &capi.ProviderStep{C: cl, P: p})
+	}
+	steps = append(steps, &capi.Prune{C: cl})
+	return step.Phase{
+		Tag:     step.TagCAPI,
+		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.connect(ctx) },
+		Steps:   steps,
+	}
 }
 
 func (a *clusterAccess) server() string {
@@ -209,10 +274,4 @@ func clusterCA(k3sYAML []byte) ([]byte, error) {
 func isHostKeyErr(err error) bool {
 	var hk *remote.HostKeyError
 	return errors.As(err, &hk)
-}
-
-func notYet(tag step.Tag, host string) step.Phase {
-	return step.Phase{Tag: tag, Prepare: func(context.Context) (string, error) {
-		return host, errNotImplemented(string(tag))
-	}}
 }

@@ -234,9 +234,3 @@ func (s *Session) Close() {
 	}
 	s.conns = nil
 }
-
-// errNotImplemented marks a phase whose steps this version lacks; it fails
-// loudly rather than report a converged phase that did nothing.
-func errNotImplemented(tag string) error {
-	return fmt.Errorf("phase %s is not implemented in this version of mgmtctl", tag)
-}

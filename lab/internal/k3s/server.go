@@ -36,6 +36,8 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"sigs.k8s.io/yaml"
 
+	"github.com/mgmtctl/mgmtctl/lab/internal/capiop"
+	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
 )
 
@@ -244,6 +246,16 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 	go dep.run(ctx)
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	// k3s embeds helm-controller (upstream-facts 2.7); the operator runs
+	// only once its chart's Deployment is Available.
+	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log}
+	go hc.Run(ctx)
+	op := &capiop.Operator{CS: cs, DC: dc, LabDir: labDir(), Log: log}
+	go op.Run(ctx)
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
 	go heartbeat(ctx, cs, hostname)

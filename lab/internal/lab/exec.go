@@ -19,7 +19,7 @@ func (l *Lab) ExecArgv(hostName string, argv []string) ([]string, error) {
 		return nil, fmt.Errorf("no command given")
 	}
 	if hostName == "" || hostName == "laptop" {
-		env := []string{"env", "HOME=" + l.LaptopHome(), "USER=" + userName(), "SSH_AUTH_SOCK="}
+		env := []string{"env", "HOME=" + l.LaptopHome(), "USER=" + userName(), "SSH_AUTH_SOCK=", "SSL_CERT_FILE=" + l.CABundle()}
 		return append(append([]string{"ip", "netns", "exec", l.Net.NS("laptop")}, env...), argv...), nil
 	}
 	pid, err := l.agentPid(hostName)
@@ -92,10 +92,12 @@ func (l *Lab) Status(out io.Writer) error {
 
 // Faults are the switches tests and users can flip.
 var Faults = map[string]string{
-	"slow-boot":        "VMs take N seconds to boot (value: seconds)",
-	"fail-boot":        "a started VM never comes up",
-	"corrupt-image":    "the mirror serves the cloud image with a flipped byte",
-	"drop-connections": "a host (value: pve, mirror, vm110, ...) drops off the network: its bridge port goes down, so connections to it hang and break",
+	"slow-boot":            "VMs take N seconds to boot (value: seconds)",
+	"fail-boot":            "a started VM never comes up",
+	"corrupt-image":        "the mirror serves the cloud image with a flipped byte",
+	"helm-fail":            "helm-install Jobs fail (value: a HelmChart name; empty: every chart)",
+	"provider-never-ready": "a provider's Deployment never becomes Available (value: provider name, e.g. proxmox; empty: every provider)",
+	"drop-connections":     "a host (value: pve, mirror, vm110, ...) drops off the network: its bridge port goes down, so connections to it hang and break",
 }
 
 // SetFault turns a fault on (with a value) or off.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/host"
+	"github.com/mgmtctl/mgmtctl/lab/internal/mirror"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
 )
 
@@ -89,6 +90,12 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	}
 	sum, err := l.writeImage()
 	if err != nil {
+		return err
+	}
+	if err := mirror.WriteCatalog(l.path("mirror")); err != nil {
+		return fmt.Errorf("lay out the chart repositories and provider releases: %w", err)
+	}
+	if err := l.writeCABundle(ca.CertPEM); err != nil {
 		return err
 	}
 	if err := l.writeHostSpecs(string(pub), string(ca.CertPEM)); err != nil {
@@ -407,4 +414,14 @@ func (l *Lab) cleanup() error {
 func isDaemon(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && strings.Contains(string(b), "labsim") && strings.Contains(string(b), "daemon")
+}
+
+// CABundle is the laptop's view of trusted CAs inside the lab: the
+// machine's own bundle plus the lab CA, which signs the mirror's and the
+// Proxmox API's certificates (as a user's laptop trusts their Proxmox CA).
+func (l *Lab) CABundle() string { return l.path("pki", "laptop-ca-bundle.crt") }
+
+func (l *Lab) writeCABundle(ca []byte) error {
+	sys, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	return os.WriteFile(l.CABundle(), append(append(sys, '\n'), ca...), 0o644)
 }

@@ -1,0 +1,138 @@
+// Package addons holds the addons phase's steps: cert-manager and
+// cluster-api-operator installed as k3s HelmChart CRs (files in k3s's
+// manifests directory, which k3s applies; its helm-controller then runs
+// the helm-install Job), each waited for until it is usable, and the
+// operator's provider CRDs established and accepting provider CRs.
+package addons
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// ManifestsDir is where k3s's deploy controller picks up manifests
+// (upstream-facts 2.5).
+const ManifestsDir = "/var/lib/rancher/k3s/server/manifests"
+
+// ChartNamespace holds the HelmChart CRs, as in k3s's docs.
+const ChartNamespace = "kube-system"
+
+// Chart is one HelmChart mgmtctl keeps: its name is also the Helm release
+// name, so the charts' fullname helpers give the upstream Deployment names.
+type Chart struct {
+	Name            string
+	Chart           string
+	Repo            string
+	Version         string
+	TargetNamespace string
+	// ValuesContent is inline values YAML; empty for none.
+	ValuesContent string
+	// Deployment must be Available for the chart to count as usable.
+	Deployment string
+}
+
+// Path is the chart's manifest file on the VM.
+func (c Chart) Path() string { return ManifestsDir + "/" + c.Name + ".yaml" }
+
+// CertManager is cert-manager with its CRDs, installed through the value
+// that v1.15 and later document (crds.enabled; installCRDs is deprecated,
+// upstream-facts 5). It counts as usable when its webhook is Available.
+func CertManager(c config.Chart) Chart {
+	return Chart{Name: "cert-manager", Chart: "cert-manager", Repo: c.Repo, Version: c.Version, TargetNamespace: "cert-manager",
+		ValuesContent: "crds:\n  enabled: true\n", Deployment: "cert-manager-webhook"}
+}
+
+// Operator is cluster-api-operator with no providers in its values: the
+// chart would create them in post-install hooks that reach the operator's
+// webhook before it serves, since k3s's helm job never passes --wait
+// (upstream-facts 4.6, issues #406 and #1052). mgmtctl applies the
+// providers itself in the capi phase.
+func Operator(c config.Chart) Chart {
+	return Chart{Name: "cluster-api-operator", Chart: "cluster-api-operator", Repo: c.Repo, Version: c.Version,
+		TargetNamespace: "capi-operator-system", Deployment: "cluster-api-operator"}
+}
+
+// Render is the HelmChart manifest.
+func (c Chart) Render() []byte {
+	var b bytes.Buffer
+	b.WriteString("# Managed by mgmtctl: changes are overwritten on the next apply.\n")
+	b.WriteString("apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n")
+	fmt.Fprintf(&b, "  name: %s\n  namespace: %s\n", c.Name, ChartNamespace)
+	b.WriteString("spec:\n")
+	fmt.Fprintf(&b, "  repo: %q\n  chart: %s\n  version: %q\n  targetNamespace: %s\n  createNamespace: true\n", c.Repo, c.Chart, c.Version, c.TargetNamespace)
+	if c.ValuesContent != "" {
+		b.WriteString("  valuesContent: |-\n")
+		for _, l := range strings.Split(strings.TrimRight(c.ValuesContent, "\n"), "\n") {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	return b.Bytes()
+}
+
+// VM is what the addons steps share: the VM's host and the cluster.
+type VM struct {
+	Name string
+	Host remote.Host
+	// Cluster is nil in a check run before the cluster exists.
+	Cluster func() *kube.Cluster
+}
+
+// Manifest writes a chart's HelmChart file when its content differs.
+type Manifest struct {
+	V *VM
+	C Chart
+	// Ready, when set, is waited for after the write, so a chart that
+	// fails to install fails this step, the one that changed it.
+	Ready *Ready
+}
+
+var _ step.Step = (*Manifest)(nil)
+
+// ID implements step.Step.
+func (s *Manifest) ID() string { return s.C.Name + "-chart" }
+
+// Host implements step.Step.
+func (s *Manifest) Host() string { return s.V.Name }
+
+// Check implements step.Step.
+func (s *Manifest) Check(ctx context.Context) (step.Plan, error) {
+	var cur []byte
+	err := fs.ErrNotExist
+	if s.V.Host != nil {
+		cur, err = remote.ReadOnly(s.V.Host).ReadFile(ctx, s.C.Path(), true)
+	}
+	action := step.Update
+	if errors.Is(err, fs.ErrNotExist) {
+		action, cur, err = step.Create, nil, nil
+	}
+	if err != nil {
+		return step.Plan{}, err
+	}
+	want := s.C.Render()
+	if bytes.Equal(cur, want) {
+		return step.Plan{Note: fmt.Sprintf("HelmChart %s %s up to date", s.C.Name, s.C.Version)}, nil
+	}
+	summary := fmt.Sprintf("%s HelmChart %s %s (%s)", action, s.C.Name, s.C.Version, s.C.Path())
+	return step.Plan{Changes: []step.Change{{Target: s.C.Path(), Action: action, Summary: summary,
+		Diff: &step.Diff{Path: s.C.Path(), Before: string(cur), After: string(want)}}}}, nil
+}
+
+// Apply implements step.Step.
+func (s *Manifest) Apply(ctx context.Context, p step.Plan) error {
+	if _, err := s.V.Host.WriteFile(ctx, remote.File{Path: s.C.Path(), Content: s.C.Render(), Mode: 0o600, Owner: "root:root", Sudo: true}); err != nil {
+		return err
+	}
+	if s.Ready == nil || s.V.Cluster() == nil {
+		return nil
+	}
+	return s.Ready.wait(ctx, s.V.Cluster())
+}

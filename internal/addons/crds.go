@@ -1,0 +1,134 @@
+package addons
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// ProviderPlurals are the operator CRDs the capi phase writes objects of.
+var ProviderPlurals = []string{"coreproviders", "bootstrapproviders", "controlplaneproviders", "infrastructureproviders", "ipamproviders"}
+
+// OperatorGroup is cluster-api-operator's API group.
+const OperatorGroup = "operator.cluster.x-k8s.io"
+
+// CRDTimeout bounds the wait for the provider CRDs and webhooks.
+const CRDTimeout = 5 * time.Minute
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// ProviderAPI waits until the operator's provider CRDs are Established and
+// the API accepts a provider CR: a server-side dry-run of a CoreProvider
+// goes through the operator's webhooks, which must answer (upstream #406).
+type ProviderAPI struct {
+	V         *VM
+	Namespace string // where the dry-run object would live: the operator's
+	Wait      bool
+}
+
+var _ step.Step = (*ProviderAPI)(nil)
+
+// ID implements step.Step.
+func (s *ProviderAPI) ID() string { return "provider-api" }
+
+// Host implements step.Step.
+func (s *ProviderAPI) Host() string { return s.V.Name }
+
+// Check implements step.Step; like Ready, it only observes.
+func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
+	cl := s.V.Cluster()
+	pending := func(why string) step.Plan {
+		return step.Plan{Changes: []step.Change{{Target: "crds/" + OperatorGroup, Action: step.Run, Summary: "wait for the provider CRDs and the operator's webhooks (" + why + ")"}}}
+	}
+	if cl == nil {
+		return pending("the cluster does not exist yet"), nil
+	}
+	if !s.Wait {
+		if why := s.observe(ctx, cl); why != "" {
+			return pending(why), nil
+		}
+		return step.Plan{Note: "provider CRDs Established; a provider CR passes a server-side dry-run"}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, CRDTimeout)
+	defer cancel()
+	last := ""
+	// The dry-run's answer changes when the operator's webhook starts
+	// serving, which no watch shows; a failed dry-run is retried with a
+	// back-off while the CRDs' events also wake the wait.
+	backoff := 250 * time.Millisecond
+	err := kube.Until(ctx, []kube.WatchFunc{kube.WatchResource(cl.Dynamic, crdGVR, "", metav1.ListOptions{})}, func(ctx context.Context) (bool, error) {
+		for {
+			why := s.observe(ctx, cl)
+			if why == "" {
+				return true, nil
+			}
+			if why != last {
+				step.Progress(ctx, why)
+				last = why
+			}
+			if !strings.HasPrefix(why, "dry-run") {
+				return false, nil
+			}
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	})
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("provider API not usable after %s: %s", CRDTimeout, last)
+	}
+	return step.Plan{Note: "provider CRDs Established; a provider CR passes a server-side dry-run"}, nil
+}
+
+// Apply implements step.Step; Check does all the work.
+func (s *ProviderAPI) Apply(ctx context.Context, p step.Plan) error { return nil }
+
+// observe returns what is still missing, or "" when the API is usable.
+func (s *ProviderAPI) observe(ctx context.Context, cl *kube.Cluster) string {
+	for _, pl := range ProviderPlurals {
+		name := pl + "." + OperatorGroup
+		crd, err := cl.Dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return "CRD " + name + " does not exist yet"
+		}
+		if err != nil {
+			return "read CRD " + name + ": " + err.Error()
+		}
+		if !established(crd) {
+			return "CRD " + name + " not Established yet"
+		}
+	}
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": OperatorGroup + "/v1alpha2", "kind": "CoreProvider",
+		"metadata": map[string]any{"name": "cluster-api", "namespace": s.Namespace},
+		"spec":     map[string]any{"version": "v1.0.0"},
+	}}
+	gvr := schema.GroupVersionResource{Group: OperatorGroup, Version: "v1alpha2", Resource: "coreproviders"}
+	_, err := cl.Dynamic.Resource(gvr).Namespace(s.Namespace).Apply(ctx, "cluster-api", probe, metav1.ApplyOptions{FieldManager: "mgmtctl", DryRun: []string{metav1.DryRunAll}, Force: true})
+	if err != nil {
+		return "dry-run of a CoreProvider refused: " + err.Error()
+	}
+	return ""
+}
+
+func established(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}

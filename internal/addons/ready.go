@@ -1,0 +1,289 @@
+package addons
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// ChartTimeout bounds the wait for a chart to become usable. k3s picks a
+// changed manifest up within 15 s; the rest is the helm job and the
+// chart's Deployments.
+const ChartTimeout = 10 * time.Minute
+
+// HelmChartGVR is k3s's HelmChart resource.
+var HelmChartGVR = schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
+
+// JobFailedError is a helm-install Job that failed: helm's message and the
+// Events of the Job and its Pod.
+type JobFailedError struct {
+	Chart, Job, Message string
+	Events              []string
+}
+
+func (e *JobFailedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "HelmChart %s: Job %s/%s failed: %s", e.Chart, ChartNamespace, e.Job, strings.TrimSpace(e.Message))
+	if len(e.Events) > 0 {
+		b.WriteString("\nevents:\n  " + strings.Join(e.Events, "\n  "))
+	}
+	return b.String()
+}
+
+// Ready waits until a chart is usable: k3s applied its HelmChart, the
+// helm-install Job for that spec completed, and the chart's key Deployment
+// is Available. HelmChart status only ever says JobCreated or Failed, so
+// it is not what this waits on. A failing Job is reported at once.
+type Ready struct {
+	V *VM
+	C Chart
+	// Wait is false in check mode: the state is looked at once.
+	Wait bool
+}
+
+var _ step.Step = (*Ready)(nil)
+
+// ID implements step.Step.
+func (s *Ready) ID() string { return s.C.Name + "-ready" }
+
+// Host implements step.Step.
+func (s *Ready) Host() string { return s.V.Name }
+
+func (s *Ready) pending(why string) step.Plan {
+	return step.Plan{Changes: []step.Change{{Target: "helmchart/" + s.C.Name, Action: step.Run,
+		Summary: fmt.Sprintf("wait for %s %s to be usable (%s)", s.C.Name, s.C.Version, why)}}}
+}
+
+// Check implements step.Step. Waiting only observes, so in a real run it
+// waits here and reports ok: a wait is not a change.
+func (s *Ready) Check(ctx context.Context) (step.Plan, error) {
+	cl := s.V.Cluster()
+	if cl == nil {
+		return s.pending("the cluster does not exist yet"), nil
+	}
+	if !s.Wait {
+		ok, why, err := s.observe(ctx, cl)
+		if err != nil {
+			return step.Plan{}, err
+		}
+		if !ok {
+			return s.pending(why), nil
+		}
+		return step.Plan{Note: s.note()}, nil
+	}
+	if err := s.wait(ctx, cl); err != nil {
+		return step.Plan{}, err
+	}
+	return step.Plan{Note: s.note()}, nil
+}
+
+// wait blocks until the chart is usable, its Job fails, or ChartTimeout.
+func (s *Ready) wait(ctx context.Context, cl *kube.Cluster) error {
+	ctx, cancel := context.WithTimeout(ctx, ChartTimeout)
+	defer cancel()
+	last := "nothing observed yet"
+	err := kube.Until(ctx, s.watches(cl), func(ctx context.Context) (bool, error) {
+		ok, why, err := s.observe(ctx, cl)
+		if why != last && why != "" {
+			step.Progress(ctx, fmt.Sprintf("%s: %s", s.C.Name, why))
+			last = why
+		}
+		return ok, err
+	})
+	var jf *JobFailedError
+	if err != nil && ctx.Err() != nil && !errors.As(err, &jf) {
+		return fmt.Errorf("%s %s not usable after %s: %s", s.C.Name, s.C.Version, ChartTimeout, last)
+	}
+	return err
+}
+
+func (s *Ready) note() string {
+	return fmt.Sprintf("%s %s installed; Deployment %s/%s Available", s.C.Name, s.C.Version, s.C.TargetNamespace, s.C.Deployment)
+}
+
+// Apply implements step.Step; Check does all the work.
+func (s *Ready) Apply(ctx context.Context, p step.Plan) error { return nil }
+
+func (s *Ready) job() string { return "helm-install-" + s.C.Name }
+
+func (s *Ready) watches(cl *kube.Cluster) []kube.WatchFunc {
+	byName := func(n string) metav1.ListOptions {
+		return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", n).String()}
+	}
+	return []kube.WatchFunc{
+		kube.WatchResource(cl.Dynamic, HelmChartGVR, ChartNamespace, byName(s.C.Name)),
+		func(ctx context.Context) (watch.Interface, error) {
+			return cl.Typed.BatchV1().Jobs(ChartNamespace).Watch(ctx, byName(s.job()))
+		},
+		func(ctx context.Context) (watch.Interface, error) {
+			return cl.Typed.CoreV1().Pods(ChartNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: "job-name=" + s.job()})
+		},
+		func(ctx context.Context) (watch.Interface, error) {
+			return cl.Typed.AppsV1().Deployments(s.C.TargetNamespace).Watch(ctx, byName(s.C.Deployment))
+		},
+	}
+}
+
+// observe says whether the chart is usable, and if not, what it waits for.
+func (s *Ready) observe(ctx context.Context, cl *kube.Cluster) (bool, string, error) {
+	hc, err := cl.Dynamic.Resource(HelmChartGVR).Namespace(ChartNamespace).Get(ctx, s.C.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, "k3s has not applied " + s.C.Path() + " yet", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("read HelmChart %s: %w", s.C.Name, err)
+	}
+	field := func(name string) string {
+		v, _, _ := unstructured.NestedString(hc.Object, "spec", name)
+		return v
+	}
+	if field("version") != s.C.Version || field("repo") != s.C.Repo || field("valuesContent") != strings.TrimRight(s.C.ValuesContent, "\n") {
+		return false, "k3s has not applied the new " + s.C.Path() + " yet", nil
+	}
+	job, err := cl.Typed.BatchV1().Jobs(ChartNamespace).Get(ctx, s.job(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, "helm-controller has not created Job " + s.job() + " yet", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("read Job %s: %w", s.job(), err)
+	}
+	if env := jobEnv(job); env["VERSION"] != s.C.Version || env["REPO"] != s.C.Repo {
+		return false, fmt.Sprintf("Job %s still runs the previous spec (%s)", s.job(), env["VERSION"]), nil
+	}
+	if err := s.jobFailure(ctx, cl, job); err != nil {
+		return false, "", err
+	}
+	if !jobComplete(job) {
+		return false, "Job " + s.job() + " running helm", nil
+	}
+	d, err := cl.Typed.AppsV1().Deployments(s.C.TargetNamespace).Get(ctx, s.C.Deployment, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, fmt.Sprintf("Deployment %s/%s does not exist yet", s.C.TargetNamespace, s.C.Deployment), nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	if ok, why := DeploymentAvailable(d); !ok {
+		return false, fmt.Sprintf("Deployment %s/%s not Available: %s", s.C.TargetNamespace, s.C.Deployment, why), nil
+	}
+	return true, "", nil
+}
+
+func jobEnv(j *batchv1.Job) map[string]string {
+	env := map[string]string{}
+	for _, c := range j.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+	}
+	return env
+}
+
+func jobComplete(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// jobFailure returns a JobFailedError when the Job failed or its helm
+// container exited non-zero. The Job retries up to backoffLimit (1000)
+// times, so a failed attempt is reported now rather than after them.
+func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job) error {
+	msg := ""
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			msg = c.Reason + ": " + c.Message
+		}
+	}
+	pods, err := cl.Typed.CoreV1().Pods(ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
+	if err != nil {
+		return fmt.Errorf("list the Pods of Job %s: %w", j.Name, err)
+	}
+	objects := []metav1.Object{j}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Labels["controller-uid"] != "" && p.Labels["controller-uid"] != string(j.UID) {
+			continue
+		}
+		objects = append(objects, p)
+		for _, cs := range p.Status.ContainerStatuses {
+			for _, st := range []corev1.ContainerState{cs.State, cs.LastTerminationState} {
+				if t := st.Terminated; t != nil && t.ExitCode != 0 && msg == "" {
+					msg = t.Message
+					if msg == "" {
+						msg = fmt.Sprintf("container %s exited %d (%s)", cs.Name, t.ExitCode, t.Reason)
+					}
+				}
+			}
+		}
+	}
+	if msg == "" {
+		return nil
+	}
+	return &JobFailedError{Chart: s.C.Name, Job: j.Name, Message: msg, Events: Events(ctx, cl, ChartNamespace, objects...)}
+}
+
+// Events lists the Events of the given objects in ns (this incarnation of
+// each: an earlier object of the same name has another UID), oldest first,
+// as "Type Reason (Kind/name): message".
+func Events(ctx context.Context, cl *kube.Cluster, ns string, objs ...metav1.Object) []string {
+	type ev struct {
+		at   time.Time
+		line string
+	}
+	var all []ev
+	for _, o := range objs {
+		list, err := cl.Typed.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", o.GetName()).String()})
+		if err != nil {
+			continue
+		}
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID != "" && e.InvolvedObject.UID != o.GetUID() {
+				continue
+			}
+			at := e.LastTimestamp.Time
+			if at.IsZero() {
+				at = e.EventTime.Time
+			}
+			all = append(all, ev{at, fmt.Sprintf("%s %s (%s/%s): %s", e.Type, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, strings.TrimSpace(e.Message))})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	out := make([]string, len(all))
+	for i, e := range all {
+		out[i] = e.line
+	}
+	return out
+}
+
+// DeploymentAvailable reads a Deployment's Available condition.
+func DeploymentAvailable(d *appsv1.Deployment) (bool, string) {
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable {
+			if c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+			return false, fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	return false, "no Available condition yet"
+}

@@ -1,0 +1,282 @@
+package capi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/yaml"
+
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// ProviderTimeout bounds the wait for one provider to be Ready.
+const ProviderTimeout = 10 * time.Minute
+
+// OperatorNamespace and OperatorDeployment are where the addons phase
+// installs cluster-api-operator.
+const (
+	OperatorNamespace  = "capi-operator-system"
+	OperatorDeployment = "cluster-api-operator"
+)
+
+// terminalPreflight are preflight reasons the operator will not get past
+// by itself: waiting on them only delays the error.
+var terminalPreflight = map[string]bool{
+	"IncorrectVersionFormat": true, "UnsupportedProviderDowngradeReason": true, "IncorrectCoreProviderNameReason": true,
+	"FetchConfigValidationError": true, "MoreThanOneExists": true, "InvalidGithubTokenError": true,
+}
+
+// ProviderStep applies one provider CR with server-side apply and waits
+// until the operator reports it Ready at its pinned version. The steps run
+// core first, each waiting before the next, which is upstream's upgrade
+// order when several versions change.
+type ProviderStep struct {
+	C *Cluster
+	P Provider
+}
+
+var _ step.Step = (*ProviderStep)(nil)
+
+// ID implements step.Step: provider-core, provider-control-plane, ...
+func (s *ProviderStep) ID() string { return "provider-" + s.P.Kind.Prefix }
+
+// Host implements step.Step.
+func (s *ProviderStep) Host() string { return s.C.Name }
+
+func (s *ProviderStep) client() interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error)
+	Apply(ctx context.Context, name string, obj *unstructured.Unstructured, opts metav1.ApplyOptions, sub ...string) (*unstructured.Unstructured, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+} {
+	return s.C.API().Dynamic.Resource(s.P.Kind.GVR()).Namespace(s.P.Namespace)
+}
+
+// comparable is what mgmtctl owns of a provider: its spec and labels.
+func comparable(u *unstructured.Unstructured) string {
+	if u == nil {
+		return ""
+	}
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	b, _ := json.Marshal(map[string]any{"spec": spec, "labels": u.GetLabels()})
+	return string(b)
+}
+
+func specYAML(u *unstructured.Unstructured) string {
+	if u == nil {
+		return ""
+	}
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	b, _ := yaml.Marshal(map[string]any{"spec": spec})
+	return string(b)
+}
+
+// Check implements step.Step. An object that would not change is waited
+// for (in a real run) until Ready, which only observes.
+func (s *ProviderStep) Check(ctx context.Context) (step.Plan, error) {
+	want := s.C.Desired(s.P)
+	if s.C.API() == nil {
+		return s.plan(step.Create, nil, want), nil
+	}
+	cur, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return s.plan(step.Create, nil, want), nil
+	}
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("read %s: %w", s.P.Ref(), err)
+	}
+	// What the server would make of our apply (defaults, other managers'
+	// fields kept), compared with what is there.
+	dry, err := s.client().Apply(ctx, s.P.Name, want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("server-side dry-run of %s: %w", s.P.Ref(), err)
+	}
+	if comparable(dry) != comparable(cur) {
+		return s.plan(step.Update, cur, dry), nil
+	}
+	if !s.C.Wait {
+		ok, why, err := s.observe(ctx)
+		if err != nil {
+			return step.Plan{}, err
+		}
+		if !ok {
+			return step.Plan{Changes: []step.Change{{Target: s.target(), Action: step.Run, Summary: "wait for " + s.P.Ref() + " Ready (" + why + ")"}}}, nil
+		}
+		return step.Plan{Note: s.note()}, nil
+	}
+	if err := s.wait(ctx); err != nil {
+		return step.Plan{}, err
+	}
+	return step.Plan{Note: s.note()}, nil
+}
+
+func (s *ProviderStep) note() string {
+	return fmt.Sprintf("%s Ready at %s", s.P.Ref(), s.P.Version)
+}
+
+func (s *ProviderStep) target() string {
+	return strings.ToLower(s.P.Kind.Kind) + "/" + s.P.Namespace + "/" + s.P.Name
+}
+
+func (s *ProviderStep) plan(a step.Action, cur, want *unstructured.Unstructured) step.Plan {
+	summary := fmt.Sprintf("create %s %s", s.P.Ref(), s.P.Version)
+	if a == step.Update {
+		old, _, _ := unstructured.NestedString(cur.Object, "spec", "version")
+		if old != s.P.Version {
+			summary = fmt.Sprintf("upgrade %s from %s to %s", s.P.Ref(), old, s.P.Version)
+		} else {
+			summary = fmt.Sprintf("update %s", s.P.Ref())
+			oldSecret, _, _ := unstructured.NestedString(cur.Object, "spec", "configSecret", "name")
+			newSecret, _, _ := unstructured.NestedString(want.Object, "spec", "configSecret", "name")
+			if oldSecret != newSecret {
+				summary += fmt.Sprintf(": configSecret %s -> %s", oldSecret, newSecret)
+			}
+		}
+	}
+	return step.Plan{Changes: []step.Change{{Target: s.target(), Action: a, Summary: summary,
+		Diff: &step.Diff{Path: s.target(), Before: specYAML(cur), After: specYAML(want)}}}}
+}
+
+// Apply implements step.Step.
+func (s *ProviderStep) Apply(ctx context.Context, p step.Plan) error {
+	if _, err := s.client().Apply(ctx, s.P.Name, s.C.Desired(s.P), metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return fmt.Errorf("apply %s: %w", s.P.Ref(), err)
+	}
+	return s.wait(ctx)
+}
+
+// observe says whether the provider is Ready at its pin, and if not why.
+// A preflight failure the operator cannot get past is an error.
+func (s *ProviderStep) observe(ctx context.Context) (bool, string, error) {
+	u, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("read %s: %w", s.P.Ref(), err)
+	}
+	st := ReadStatus(u)
+	if c, ok := st.Conditions["PreflightCheckPassed"]; ok && c.Status == "False" && terminalPreflight[c.Reason] {
+		return false, "", fmt.Errorf("%s: preflight failed: %s: %s", s.P.Ref(), c.Reason, c.Message)
+	}
+	if st.ObservedGeneration < u.GetGeneration() {
+		return false, fmt.Sprintf("the operator has not reconciled generation %d yet", u.GetGeneration()), nil
+	}
+	if st.Ready() && st.InstalledVersion == s.P.Version {
+		return true, "", nil
+	}
+	return false, st.Summary(), nil
+}
+
+func (s *ProviderStep) wait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, ProviderTimeout)
+	defer cancel()
+	last := "not reconciled yet"
+	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.P.Name).String()}
+	err := kube.Until(ctx, []kube.WatchFunc{func(ctx context.Context) (watch.Interface, error) { return s.client().Watch(ctx, sel) }},
+		func(ctx context.Context) (bool, error) {
+			ok, why, err := s.observe(ctx)
+			if why != "" && why != last {
+				step.Progress(ctx, s.P.Ref()+": "+why)
+				last = why
+			}
+			return ok, err
+		})
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	// Timed out: say what the operator says, and how it fares.
+	bg, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel2()
+	return errors.New(s.diagnose(bg, last))
+}
+
+func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s not Ready at %s after %s: %s", s.P.Ref(), s.P.Version, ProviderTimeout, last)
+	if u, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{}); err == nil {
+		st := ReadStatus(u)
+		b.WriteString("\nconditions:")
+		for _, t := range []string{"PreflightCheckPassed", "ProviderInstalled", "ProviderUpgraded", "Ready"} {
+			if c, ok := st.Conditions[t]; ok {
+				fmt.Fprintf(&b, "\n  %s=%s %s: %s", t, c.Status, c.Reason, c.Message)
+			}
+		}
+	}
+	evs, _ := s.C.API().Typed.CoreV1().Events(s.P.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", s.P.Name).String()})
+	if evs != nil && len(evs.Items) > 0 {
+		b.WriteString("\nevents:")
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "\n  %s %s: %s", e.Type, e.Reason, e.Message)
+		}
+	}
+	if d, err := s.C.API().Typed.AppsV1().Deployments(OperatorNamespace).Get(ctx, OperatorDeployment, metav1.GetOptions{}); err == nil {
+		fmt.Fprintf(&b, "\noperator Deployment %s/%s: %d/%d available", OperatorNamespace, OperatorDeployment, d.Status.AvailableReplicas, d.Status.Replicas)
+		for _, c := range d.Status.Conditions {
+			if c.Type == "Available" {
+				fmt.Fprintf(&b, ", Available=%s (%s)", c.Status, c.Reason)
+			}
+		}
+	} else {
+		fmt.Fprintf(&b, "\noperator Deployment %s/%s: %v", OperatorNamespace, OperatorDeployment, err)
+	}
+	b.WriteString("\nnext: kubectl -n " + OperatorNamespace + " logs deploy/" + OperatorDeployment + "; see docs/troubleshooting.md")
+	return b.String()
+}
+
+// Condition is one of a provider's status conditions.
+type Condition struct{ Status, Reason, Message string }
+
+// Status is what the operator reports on a provider CR.
+type Status struct {
+	InstalledVersion   string
+	ObservedGeneration int64
+	Conditions         map[string]Condition
+}
+
+// ReadStatus reads a provider CR's status.
+func ReadStatus(u *unstructured.Unstructured) Status {
+	st := Status{Conditions: map[string]Condition{}}
+	st.InstalledVersion, _, _ = unstructured.NestedString(u.Object, "status", "installedVersion")
+	st.ObservedGeneration, _, _ = unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		t, _ := m["type"].(string)
+		var cd Condition
+		cd.Status, _ = m["status"].(string)
+		cd.Reason, _ = m["reason"].(string)
+		cd.Message, _ = m["message"].(string)
+		st.Conditions[t] = cd
+	}
+	return st
+}
+
+// Ready reports the Ready condition.
+func (st Status) Ready() bool { return st.Conditions["Ready"].Status == "True" }
+
+// Summary is a one-line account of a provider not (yet) as wanted.
+func (st Status) Summary() string {
+	for _, t := range []string{"PreflightCheckPassed", "ProviderInstalled", "Ready"} {
+		c, ok := st.Conditions[t]
+		if !ok {
+			return t + " not reported yet"
+		}
+		if c.Status != "True" {
+			return fmt.Sprintf("%s=%s (%s: %s)", t, c.Status, c.Reason, c.Message)
+		}
+	}
+	if st.InstalledVersion == "" {
+		return "no installedVersion yet"
+	}
+	return "installedVersion " + st.InstalledVersion
+}

@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
+)
+
+// providersAt is a providers list for mgmt.yaml with the core and
+// infrastructure versions given.
+func providersAt(core, infra string) string {
+	return "  providers:\n" +
+		"    - {type: core, name: cluster-api, version: " + core + "}\n" +
+		"    - {type: bootstrap, name: kubeadm, version: v1.12.11}\n" +
+		"    - {type: controlPlane, name: kubeadm, version: v1.12.11}\n" +
+		"    - {type: infrastructure, name: proxmox, version: " + infra + "}\n" +
+		"    - {type: ipam, name: in-cluster, version: v1.1.1}\n"
+}
+
+// adminKubectl runs the lab's kubectl on the laptop with the admin
+// kubeconfig mgmtctl wrote.
+func (e *env) adminKubectl(args ...string) labtest.Result {
+	e.t.Helper()
+	kc := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
+	return e.Run("", append([]string{labtest.Kubectl(e.t), "--kubeconfig", kc}, args...)...)
+}
+
+func (e *env) secret() string {
+	e.t.Helper()
+	b, err := os.ReadFile(e.SecretsPath())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "proxmox:\n  tokenSecret:"))
+}
+
+// noSecret fails the test if the Proxmox token secret appears in r.
+func noSecret(t *testing.T, r labtest.Result, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if s != "" && strings.Contains(r.Stdout+r.Stderr, s) {
+			t.Errorf("the token secret was printed:\n%s\n%s", r.Stdout, r.Stderr)
+		}
+	}
+}
+
+// k3sServerLog is what the lab's k3s server (with its helm-controller
+// and operator) logged.
+func (e *env) k3sServerLog() string {
+	b, _ := os.ReadFile(filepath.Join(e.VMDisk(lab.VMID), "upper/var/log/k3s.log"))
+	return string(b)
+}
+
+const allProviders = "coreproviders,bootstrapproviders,controlplaneproviders,infrastructureproviders,ipamproviders"
+
+// TestFullRun is the whole mission on a fresh lab: every phase converges,
+// a second run changes nothing (text and JSON), the cluster is what a user
+// checks with kubectl, rotating the token is one re-run, two provider bumps
+// go one at a time, and a wrong chart version fails fast with helm's words.
+// No output of any run holds the token secret.
+func TestFullRun(t *testing.T) {
+	e := start(t)
+	e.editConfig("  kubeconfig:", providersAt("v1.12.10", "v0.9.0")+"  kubeconfig:")
+	secret := e.secret()
+
+	r := e.apply("--diff")
+	mustSucceed(t, r, "first full apply")
+	noSecret(t, r, secret)
+	r = e.apply()
+	mustSucceed(t, r, "second apply")
+	if got := recap(t, r); !strings.Contains(got, "changed=0") {
+		t.Errorf("second run: %s\n%s", got, r.Stdout)
+	}
+	r = e.apply("-o", "json", "--detailed-exitcode")
+	mustSucceed(t, r, "third apply (json)")
+	if m := lastJSON(t, r.Stdout); m["event"] != "recap" || m["changed"] != 0.0 || m["failed"] != 0.0 {
+		t.Errorf("json recap: %v", m)
+	}
+
+	// What a user checks with kubectl from the laptop.
+	r = e.adminKubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.kind}/{.metadata.name}={.status.installedVersion},{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+	want := "CoreProvider/cluster-api=v1.12.10,True\nBootstrapProvider/kubeadm=v1.12.11,True\nControlPlaneProvider/kubeadm=v1.12.11,True\nInfrastructureProvider/proxmox=v0.9.0,True\nIPAMProvider/in-cluster=v1.1.1,True\n"
+	if r.Stdout != want {
+		t.Errorf("providers:\n%s\nwant:\n%s%s", r.Stdout, want, r.Stderr)
+	}
+	r = e.adminKubectl("get", "deployments", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}={.status.conditions[?(@.type=="Available")].status}{"\n"}{end}`)
+	for _, d := range []string{"cert-manager/cert-manager", "cert-manager/cert-manager-webhook", "cert-manager/cert-manager-cainjector",
+		"capi-operator-system/cluster-api-operator", "capi-system/capi-controller-manager", "capi-kubeadm-bootstrap-system/capi-kubeadm-bootstrap-controller-manager",
+		"capi-kubeadm-control-plane-system/capi-kubeadm-control-plane-controller-manager", "capmox-system/capmox-controller-manager",
+		"capi-ipam-in-cluster-system/capi-ipam-in-cluster-controller-manager"} {
+		if !strings.Contains(r.Stdout, d+"=True\n") {
+			t.Errorf("Deployment %s not Available:\n%s", d, r.Stdout)
+		}
+	}
+	// The operator chart carries no providers; the HelmChart files are 0600.
+	if r := e.vmSSH("sudo stat -c '%a %n' /var/lib/rancher/k3s/server/manifests/cert-manager.yaml /var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml; sudo cat /var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml"); strings.Count(r.Stdout, "600 ") != 2 || strings.Contains(r.Stdout, "valuesContent") {
+		t.Errorf("HelmChart files: %+v", r)
+	}
+	ro := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt-ro.kubeconfig")
+	for _, c := range []struct{ verb, res, want string }{{"list", "pods", "yes"}, {"get", "secrets", "no"}, {"create", "coreproviders", "no"}} {
+		if r := e.Run("", labtest.Kubectl(t), "--kubeconfig", ro, "auth", "can-i", c.verb, c.res, "-A"); strings.TrimSpace(r.Stdout) != c.want {
+			t.Errorf("inspector can-i %s %s = %q", c.verb, c.res, r.Stdout)
+		}
+	}
+
+	// A wrong token secret is refused before anything is written.
+	rotated := "0badc0de-1111-4222-8333-444455556666"
+	if err := os.WriteFile(e.SecretsPath(), []byte("proxmox:\n  tokenSecret: "+rotated+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	variables := func() string {
+		return e.adminKubectl("get", "secrets", "-n", "capmox-system", "-l", "mgmtctl.io/variables-for", "-o", "name").Stdout
+	}
+	before := variables()
+	r = e.apply("--tags", "capi")
+	noSecret(t, r, secret, rotated)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "token secret rejected") {
+		t.Errorf("rejected token: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if after := variables(); after != before {
+		t.Errorf("a rejected token changed the Secrets: %q -> %q", before, after)
+	}
+	// Rotated on the Proxmox side too: one re-run moves the provider to a
+	// new Secret and removes the old one.
+	if err := os.WriteFile(e.TokenPath(), []byte("capmox@pve!capi "+rotated+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = e.apply("--tags", "capi", "--diff")
+	mustSucceed(t, r, "apply after rotation")
+	noSecret(t, r, secret, rotated)
+	now := variables()
+	if strings.Count(now, "\n") != 1 || now == before {
+		t.Errorf("variables Secrets after rotation: %q (before %q)", now, before)
+	}
+	r = e.adminKubectl("get", "infrastructureprovider", "-n", "capmox-system", "proxmox", "-o", `jsonpath={.spec.configSecret.name},{.status.conditions[?(@.type=="Ready")].status}`)
+	if "secret/"+strings.Split(r.Stdout, ",")[0]+"\n" != now || !strings.HasSuffix(r.Stdout, ",True") {
+		t.Errorf("provider after rotation: %q, Secrets %q", r.Stdout, now)
+	}
+
+	// Two provider bumps: core is applied and Ready before the
+	// infrastructure provider is touched.
+	e.editConfig("version: v1.12.10}", "version: v1.12.11}")
+	e.editConfig("version: v0.9.0}", "version: v0.9.1}")
+	r = e.apply("--tags", "capi")
+	mustSucceed(t, r, "bump")
+	if got := recap(t, r); !strings.Contains(got, "changed=2 ") {
+		t.Errorf("bump: %s\n%s", got, r.Stdout)
+	}
+	log := e.k3sServerLog()
+	coreDone := strings.Index(log, "installed CoreProvider capi-system/cluster-api v1.12.11")
+	infraSeen := strings.Index(log, "reconciling InfrastructureProvider capmox-system/proxmox generation 3 (spec.version v0.9.1)")
+	if coreDone < 0 || infraSeen < 0 || infraSeen < coreDone {
+		t.Errorf("bump order: core installed at %d, infrastructure first seen at %d", coreDone, infraSeen)
+	}
+	r = e.adminKubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.installedVersion}{","}{end}`)
+	if r.Stdout != "v1.12.11,v1.12.11,v1.12.11,v0.9.1,v1.1.1," {
+		t.Errorf("after bump: %q", r.Stdout)
+	}
+
+	// A chart version the repository does not have: the chart step fails
+	// with helm's message (from the Job's first attempt, not a timeout).
+	e.editConfig("  kubeconfig:", "  certManager:\n    version: v1.99.0\n  kubeconfig:")
+	r = e.apply("--tags", "addons")
+	if r.Code != 1 || !regexp.MustCompile(`failed: \[lab-mgmt\] addons/cert-manager-chart`).MatchString(r.Stdout) ||
+		!strings.Contains(r.Stderr, `chart "cert-manager" matching v1.99.0 not found in cert-manager index`) || !strings.Contains(r.Stderr, "BackOff") {
+		t.Errorf("wrong chart version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	e.editConfig("  certManager:\n    version: v1.99.0\n", "")
+	mustSucceed(t, e.apply("--tags", "addons"), "back to the pinned chart")
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("final run: %s", got)
+	}
+}

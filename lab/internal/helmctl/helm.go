@@ -1,0 +1,402 @@
+package helmctl
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
+	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
+)
+
+// result is one run of the Job's container: what it logged, and helm's
+// error if it failed.
+type result struct {
+	log string
+	err error
+}
+
+// index is the part of a repository's index.yaml helm resolves from.
+type index struct {
+	Entries map[string][]struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	} `json:"entries"`
+}
+
+// sameVersion compares as helm's semver constraints do: a leading v does
+// not matter.
+func sameVersion(a, b string) bool { return strings.TrimPrefix(a, "v") == strings.TrimPrefix(b, "v") }
+
+// helm does what klipper-helm's entry does for an install Job: helm
+// status, then install or upgrade the release from the repository.
+func (c *Controller) helm(ctx context.Context, release string, s Spec) result {
+	rels, err := c.releases(ctx, release, s.TargetNamespace)
+	if err != nil {
+		return result{err: err}
+	}
+	upgrade := len(rels) > 0 && rels[len(rels)-1].Labels["status"] == "deployed"
+	verb, failed := "Installing", "INSTALLATION FAILED"
+	if upgrade {
+		verb, failed = "Upgrading", "UPGRADE FAILED"
+	}
+	log := verb + " helm chart\n"
+	fail := func(format string, args ...any) result {
+		return result{log: log, err: fmt.Errorf("Error: "+failed+": "+format, args...)}
+	}
+	if c.fault(release) {
+		return fail("labsim fault helm-fail is on for %s", release)
+	}
+	appVersion := ""
+	if s.Repo != "" {
+		// klipper-helm adds the repository under the HelmChart's name and
+		// installs <name>/<chart>.
+		idx, err := c.fetchIndex(ctx, s.Repo)
+		if err != nil {
+			return result{log: log, err: fmt.Errorf("Error: looks like %q is not a valid chart repository or cannot be reached: %v", s.Repo, err)}
+		}
+		versions, ok := idx.Entries[s.Chart]
+		if !ok {
+			return fail("chart %q not found in %s index. (try 'helm repo update'): no chart name found", s.Chart, release)
+		}
+		found := false
+		for _, v := range versions {
+			if s.Version == "" || sameVersion(v.Version, s.Version) {
+				found, appVersion = true, v.AppVersion
+				break
+			}
+		}
+		if !found {
+			return fail("chart %q matching %s not found in %s index. (try 'helm repo update'): no chart version found for %s-%s", s.Chart, s.Version, release, s.Chart, s.Version)
+		}
+	}
+	if _, err := c.CS.CoreV1().Namespaces().Get(ctx, s.TargetNamespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if !s.CreateNamespace {
+			return fail("create: failed to create: namespaces %q not found", s.TargetNamespace)
+		}
+		if err := simkube.EnsureNamespace(ctx, c.CS, s.TargetNamespace); err != nil {
+			return fail("%v", err)
+		}
+	}
+	values := map[string]any{}
+	if err := yaml.Unmarshal([]byte(s.ValuesContent), &values); err != nil {
+		return fail("failed to parse values: %v", err)
+	}
+	var render func(context.Context, string, Spec, map[string]any) error
+	switch s.Chart {
+	case "cert-manager":
+		render = c.certManager
+	case "cluster-api-operator":
+		render = c.operator
+	default:
+		render = func(context.Context, string, Spec, map[string]any) error { return nil }
+	}
+	if err := render(ctx, release, s, values); err != nil {
+		return fail("%v", err)
+	}
+	if err := c.recordRelease(ctx, release, s, appVersion, values, rels); err != nil {
+		return fail("%v", err)
+	}
+	return result{log: log}
+}
+
+func (c *Controller) fetchIndex(ctx context.Context, repo string) (*index, error) {
+	u := catalog.IndexURL(repo)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("failed to fetch %s : %s", u, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	var idx index
+	if err := yaml.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("error unmarshaling JSON: %v", err)
+	}
+	return &idx, nil
+}
+
+// releases lists the release's revisions (Helm's secret driver), oldest
+// first.
+func (c *Controller) releases(ctx context.Context, release, ns string) ([]corev1.Secret, error) {
+	list, err := c.CS.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + release})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	items := list.Items
+	sort.Slice(items, func(i, j int) bool {
+		a, _ := strconv.Atoi(items[i].Labels["version"])
+		b, _ := strconv.Atoi(items[j].Labels["version"])
+		return a < b
+	})
+	return items, nil
+}
+
+// recordRelease writes the new revision as Helm's secret driver does:
+// sh.helm.release.v1.<name>.v<rev>, the release JSON gzipped and base64'd,
+// the previous revision superseded.
+func (c *Controller) recordRelease(ctx context.Context, release string, s Spec, appVersion string, values map[string]any, prev []corev1.Secret) error {
+	rev := 1
+	secrets := c.CS.CoreV1().Secrets(s.TargetNamespace)
+	for _, p := range prev {
+		if n, _ := strconv.Atoi(p.Labels["version"]); n >= rev {
+			rev = n + 1
+		}
+		if p.Labels["status"] == "deployed" {
+			p.Labels["status"] = "superseded"
+			if _, err := secrets.Update(ctx, &p, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	rel := map[string]any{
+		"name": release, "namespace": s.TargetNamespace, "version": rev,
+		"info":   map[string]any{"status": "deployed", "first_deployed": now, "last_deployed": now, "description": map[bool]string{true: "Upgrade complete", false: "Install complete"}[rev > 1]},
+		"chart":  map[string]any{"metadata": map[string]any{"name": s.Chart, "version": s.Version, "appVersion": appVersion, "apiVersion": "v2"}},
+		"config": values,
+	}
+	j, _ := json.Marshal(rel)
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, _ = w.Write(j)
+	_ = w.Close()
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sh.helm.release.v1.%s.v%d", release, rev), Namespace: s.TargetNamespace,
+			Labels: map[string]string{"name": release, "owner": "helm", "status": "deployed", "version": strconv.Itoa(rev), "modifiedAt": strconv.FormatInt(time.Now().Unix(), 10)}},
+		Type: "helm.sh/release.v1",
+		Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(gz.Bytes()))},
+	}
+	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+	return err
+}
+
+// fullname is the charts' fullname helper: the release name if it
+// contains the chart's name, else <release>-<chart> (upstream-facts 4.6, 5).
+func fullname(release, chart string) string {
+	if strings.Contains(release, chart) {
+		return release
+	}
+	return release + "-" + chart
+}
+
+func helmLabels(release, name, component, version string) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/name": name, "app.kubernetes.io/instance": release, "app.kubernetes.io/component": component,
+		"app.kubernetes.io/version": version, "app.kubernetes.io/managed-by": "Helm",
+	}
+}
+
+func truthy(m map[string]any, path ...string) (bool, bool) {
+	var cur any = m
+	for _, p := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return false, false
+		}
+		cur, ok = mm[p]
+		if !ok {
+			return false, false
+		}
+	}
+	b, ok := cur.(bool)
+	return b, ok
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// cert-manager's CRDs, installed when crds.enabled (or the deprecated
+// installCRDs) is set; the lab keeps their schemas open.
+var certManagerCRDs = []struct{ group, kind, plural string }{
+	{"cert-manager.io", "Certificate", "certificates"}, {"cert-manager.io", "CertificateRequest", "certificaterequests"},
+	{"cert-manager.io", "Issuer", "issuers"}, {"cert-manager.io", "ClusterIssuer", "clusterissuers"},
+	{"acme.cert-manager.io", "Order", "orders"}, {"acme.cert-manager.io", "Challenge", "challenges"},
+}
+
+// certManager renders the cert-manager chart (upstream-facts 5).
+func (c *Controller) certManager(ctx context.Context, release string, s Spec, values map[string]any) error {
+	crdsEnabled, _ := truthy(values, "crds", "enabled")
+	installCRDs, _ := truthy(values, "installCRDs")
+	keep, keepSet := truthy(values, "crds", "keep")
+	if crdsEnabled && installCRDs {
+		return fmt.Errorf("execution error at (cert-manager/templates/crds.yaml): ERROR: the deprecated .installCRDs option cannot be enabled at the same time as its replacement .crds.enabled")
+	}
+	if installCRDs && keepSet && !keep {
+		return fmt.Errorf("execution error at (cert-manager/templates/crds.yaml): ERROR: .crds.keep is not compatible with .installCRDs, please use .crds.enabled and .crds.keep instead")
+	}
+	if crdsEnabled || installCRDs {
+		for _, d := range certManagerCRDs {
+			crd := openCRD(d.group, d.kind, d.plural, map[string]string{"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": s.TargetNamespace, "helm.sh/resource-policy": "keep"})
+			if err := c.applyCRD(ctx, crd); err != nil {
+				return err
+			}
+		}
+	}
+	fn := fullname(release, "cert-manager")
+	for _, d := range []struct{ suffix, component, image string }{
+		{"", "controller", "quay.io/jetstack/cert-manager-controller"},
+		{"-cainjector", "cainjector", "quay.io/jetstack/cert-manager-cainjector"},
+		{"-webhook", "webhook", "quay.io/jetstack/cert-manager-webhook"},
+	} {
+		name := strings.TrimPrefix(d.suffix, "-")
+		if name == "" {
+			name = "cert-manager"
+		} else {
+			name = "cert-manager-" + name
+		}
+		if err := simkube.ApplyDeployment(ctx, c.CS, simkube.Deployment{Namespace: s.TargetNamespace, Name: fn + d.suffix,
+			Labels: helmLabels(release, name, d.component, s.Version), Image: d.image + ":" + s.Version}, simkube.Availability{Available: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// operator renders the cluster-api-operator chart (upstream-facts 4.6):
+// its CRDs (the real ones, kept on uninstall), the operator Deployment,
+// and the Certificate and Issuer that need cert-manager first.
+func (c *Controller) operator(ctx context.Context, release string, s Spec, values map[string]any) error {
+	var missing []string
+	for _, k := range []struct{ name, kind, plural string }{{"capi-operator-serving-cert", "Certificate", "certificates"}, {"capi-operator-selfsigned-issuer", "Issuer", "issuers"}} {
+		if _, err := c.DC.Resource(crdGVR).Get(ctx, k.plural+".cert-manager.io", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			missing = append(missing, fmt.Sprintf("resource mapping not found for name: %q namespace: %q from \"\": no matches for kind %q in version \"cert-manager.io/v1\"\nensure CRDs are installed first", k.name, s.TargetNamespace, k.kind))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("unable to build kubernetes objects from release manifest: [%s]", strings.Join(missing, ", "))
+	}
+	files, _ := filepath.Glob(filepath.Join(c.LabDir, "crds", "cluster-api-operator", "*.yaml"))
+	if len(files) == 0 {
+		return fmt.Errorf("the lab has no cluster-api-operator CRDs in %s", filepath.Join(c.LabDir, "crds"))
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(b, &obj); err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		// config/chart/patches/keep-crds.yaml, and Helm's ownership marks.
+		ann["helm.sh/resource-policy"] = "keep"
+		ann["meta.helm.sh/release-name"], ann["meta.helm.sh/release-namespace"] = release, s.TargetNamespace
+		u.SetAnnotations(ann)
+		if err := c.applyCRD(ctx, u); err != nil {
+			return err
+		}
+	}
+	fn := fullname(release, "cluster-api-operator")
+	labels := helmLabels(release, "cluster-api-operator", "manager", "v"+strings.TrimPrefix(s.Version, "v"))
+	labels["control-plane"] = "controller-manager"
+	labels["clusterctl.cluster.x-k8s.io/core"] = "capi-operator"
+	if err := simkube.ApplyDeployment(ctx, c.CS, simkube.Deployment{Namespace: s.TargetNamespace, Name: fn, Labels: labels,
+		Image: "registry.k8s.io/capi-operator/cluster-api-operator:v" + strings.TrimPrefix(s.Version, "v")}, simkube.Availability{Available: true}); err != nil {
+		return err
+	}
+	// Providers in the chart's values are created by post-install hooks;
+	// klipper-helm installs without --wait, so the hook reaches the
+	// operator's webhook before it serves (upstream #406).
+	hooks := true
+	if v, ok := truthy(values, "enableHelmHook"); ok {
+		hooks = v
+	}
+	for _, kind := range []struct{ key, kind, file string }{{"core", "coreprovider", "core.yaml"}, {"bootstrap", "bootstrapprovider", "bootstrap.yaml"},
+		{"controlPlane", "controlplaneprovider", "control-plane.yaml"}, {"infrastructure", "infrastructureprovider", "infra.yaml"},
+		{"ipam", "ipamprovider", "ipam.yaml"}, {"addon", "addonprovider", "addon.yaml"}} {
+		if m, ok := values[kind.key].(map[string]any); ok && len(m) > 0 && hooks {
+			return fmt.Errorf("failed post-install: warning: Hook post-install cluster-api-operator/templates/%s failed: 1 error occurred:\n\t* Internal error occurred: failed calling webhook \"v%s.kb.io\": failed to call webhook: Post \"https://capi-operator-webhook-service.%s.svc:443/validate-operator-cluster-x-k8s-io-v1alpha2-%s?timeout=10s\": dial tcp 10.43.0.10:443: connect: connection refused",
+				kind.file, kind.kind, s.TargetNamespace, kind.kind)
+		}
+	}
+	return nil
+}
+
+func openCRD(group, kind, plural string, ann map[string]string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": plural + "." + group, "annotations": toAny(ann)},
+		"spec": map[string]any{
+			"group": group, "scope": "Namespaced",
+			"names": map[string]any{"kind": kind, "listKind": kind + "List", "plural": plural, "singular": strings.ToLower(kind)},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// applyCRD installs a CRD and waits until it is Established, as Helm's
+// install does for CRDs before the rest of a release.
+func (c *Controller) applyCRD(ctx context.Context, u *unstructured.Unstructured) error {
+	if _, err := c.DC.Resource(crdGVR).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "helm", Force: true}); err != nil {
+		return fmt.Errorf("apply CRD %s: %w", u.GetName(), err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := c.DC.Resource(crdGVR).Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err == nil {
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, cd := range conds {
+				if m, ok := cd.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("CRD %s not established", u.GetName())
+}

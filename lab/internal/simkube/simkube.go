@@ -1,0 +1,217 @@
+// Package simkube holds what the lab's simulated controllers share: the
+// lab runs a real kube-apiserver but no kube-controller-manager and no
+// kubelet, so the simulators write the status that those would (a
+// Deployment's availability, a Job's completion, a Pod's container state)
+// and record Events the way the real components word them.
+package simkube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Trigger coalesces "something changed" signals for a level-triggered
+// reconcile loop: many events while a reconcile runs make one more pass.
+type Trigger chan struct{}
+
+// NewTrigger returns a trigger that has fired once, so the loop starts
+// with a full pass.
+func NewTrigger() Trigger {
+	t := make(Trigger, 1)
+	t <- struct{}{}
+	return t
+}
+
+// Fire asks for one more reconcile pass.
+func (t Trigger) Fire() {
+	select {
+	case t <- struct{}{}:
+	default:
+	}
+}
+
+// Watch fires t on every change to gvr's objects in all namespaces, until
+// ctx ends; a watch the server closes is re-established.
+func Watch(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVersionResource, t Trigger) {
+	for ctx.Err() == nil {
+		list, err := dc.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			// The resource may not exist yet (a CRD a chart installs).
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		w, err := dc.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+		if err != nil {
+			continue
+		}
+		for range w.ResultChan() {
+			t.Fire()
+		}
+		w.Stop()
+		t.Fire()
+	}
+}
+
+// Loop runs reconcile on every trigger and every resync, until ctx ends.
+func Loop(ctx context.Context, t Trigger, resync time.Duration, reconcile func(context.Context)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t:
+		case <-time.After(resync):
+		}
+		reconcile(ctx)
+	}
+}
+
+// Event records an Event on obj as component would.
+func Event(ctx context.Context, cs kubernetes.Interface, obj corev1.ObjectReference, component, typ, reason, msg string) {
+	now := metav1.Now()
+	ns := obj.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	_, _ = cs.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: obj.Name + ".", Namespace: ns},
+		InvolvedObject: obj, Type: typ, Reason: reason, Message: msg,
+		Source:         corev1.EventSource{Component: component},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}, metav1.CreateOptions{})
+}
+
+// EnsureNamespace creates ns if it does not exist.
+func EnsureNamespace(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// Deployment is a Deployment the simulators make, with one container.
+type Deployment struct {
+	Namespace, Name string
+	Labels          map[string]string
+	Image           string
+	Owner           *metav1.OwnerReference
+}
+
+// Availability is what the deployment controller would report.
+type Availability struct {
+	Available bool
+	// Message replaces the deployment controller's wording when set (a
+	// crash-looping container's reason, say).
+	Message string
+}
+
+// ApplyDeployment creates or updates d and writes the status the
+// deployment controller would once its pods run (or crash-loop).
+func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment, av Availability) error {
+	one := int32(1)
+	sel := map[string]string{"app.kubernetes.io/instance": d.Name}
+	podLabels := map[string]string{}
+	for k, v := range d.Labels {
+		podLabels[k] = v
+	}
+	for k, v := range sel {
+		podLabels[k] = v
+	}
+	want := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: d.Image}}},
+			},
+		},
+	}
+	if d.Owner != nil {
+		want.OwnerReferences = []metav1.OwnerReference{*d.Owner}
+	}
+	deps := cs.AppsV1().Deployments(d.Namespace)
+	cur, err := deps.Get(ctx, d.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cur, err = deps.Create(ctx, want, metav1.CreateOptions{})
+	case err == nil:
+		cur.Labels, cur.OwnerReferences, cur.Spec = want.Labels, want.OwnerReferences, want.Spec
+		cur, err = deps.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("apply Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	now := metav1.Now()
+	st := appsv1.DeploymentStatus{ObservedGeneration: cur.Generation, Replicas: 1, UpdatedReplicas: 1}
+	// The deployment controller's own reasons and messages.
+	avail := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue,
+		Reason: "MinimumReplicasAvailable", Message: "Deployment has minimum availability.", LastUpdateTime: now, LastTransitionTime: now}
+	if av.Available {
+		st.ReadyReplicas, st.AvailableReplicas = 1, 1
+	} else {
+		st.UnavailableReplicas = 1
+		avail.Status, avail.Reason, avail.Message = corev1.ConditionFalse, "MinimumReplicasUnavailable", "Deployment does not have minimum availability."
+	}
+	if av.Message != "" {
+		avail.Message = av.Message
+	}
+	for _, c := range cur.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == avail.Status {
+			avail.LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	st.Conditions = []appsv1.DeploymentCondition{avail, {Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
+		Reason: "NewReplicaSetAvailable", Message: fmt.Sprintf("ReplicaSet %q has successfully progressed.", d.Name+"-"+shortHash(d.Image)),
+		LastUpdateTime: now, LastTransitionTime: now}}
+	cur.Status = st
+	if _, err := deps.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update status of Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return nil
+}
+
+// DeploymentAvailable reports whether ns/name exists and is Available.
+func DeploymentAvailable(ctx context.Context, cs kubernetes.Interface, ns, name string) bool {
+	d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func shortHash(s string) string {
+	var h uint32 = 2166136261
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	out := make([]byte, 10)
+	for i := range out {
+		out[i] = alphabet[h%uint32(len(alphabet))]
+		h = h/uint32(len(alphabet)) + uint32(i)*2654435761
+	}
+	return string(out)
+}
+
+// Suffix is a pod-name suffix like the ones the API server generates.
+func Suffix(seed string) string { return shortHash(seed)[:5] }
