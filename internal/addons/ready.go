@@ -78,7 +78,7 @@ func (s *Ready) Check(ctx context.Context) (step.Plan, error) {
 		return s.pending("the cluster does not exist yet"), nil
 	}
 	if !s.Wait {
-		ok, why, err := s.observe(ctx, cl)
+		ok, why, err := s.Observe(ctx, cl)
 		if err != nil {
 			return step.Plan{}, err
 		}
@@ -99,7 +99,7 @@ func (s *Ready) wait(ctx context.Context, cl *kube.Cluster) error {
 	defer cancel()
 	last := "nothing observed yet"
 	err := kube.Until(ctx, s.watches(cl), func(ctx context.Context) (bool, error) {
-		ok, why, err := s.observe(ctx, cl)
+		ok, why, err := s.Observe(ctx, cl)
 		if why != last && why != "" {
 			step.Progress(ctx, fmt.Sprintf("%s: %s", s.C.Name, why))
 			last = why
@@ -140,8 +140,8 @@ func (s *Ready) watches(cl *kube.Cluster) []kube.WatchFunc {
 	}
 }
 
-// observe says whether the chart is usable, and if not, what it waits for.
-func (s *Ready) observe(ctx context.Context, cl *kube.Cluster) (bool, string, error) {
+// Observe says whether the chart is usable, and if not, what it waits for.
+func (s *Ready) Observe(ctx context.Context, cl *kube.Cluster) (bool, string, error) {
 	hc, err := cl.Dynamic.Resource(HelmChartGVR).Namespace(ChartNamespace).Get(ctx, s.C.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, "k3s has not applied " + s.C.Path() + " yet", nil

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/yaml"
 
@@ -179,6 +180,7 @@ func (s *ProviderStep) wait(ctx context.Context) error {
 	defer cancel()
 	last := "not reconciled yet"
 	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.P.Name).String()}
+	cleared := false
 	err := kube.Until(ctx, []kube.WatchFunc{func(ctx context.Context) (watch.Interface, error) { return s.client().Watch(ctx, sel) }},
 		func(ctx context.Context) (bool, error) {
 			ok, why, err := s.observe(ctx)
@@ -186,7 +188,16 @@ func (s *ProviderStep) wait(ctx context.Context) error {
 				step.Progress(ctx, s.P.Ref()+": "+why)
 				last = why
 			}
-			return ok, err
+			if err != nil || ok || cleared {
+				return ok, err
+			}
+			stale, err := s.staleCache(ctx)
+			if err != nil || stale == "" {
+				return false, err
+			}
+			cleared = true
+			step.Progress(ctx, fmt.Sprintf("%s: the upgrade is stuck on the operator's stale cache Secret %s/%s (cluster-api-operator #1075); deleting it", s.P.Ref(), s.P.Namespace, stale))
+			return false, s.clearCache(ctx, stale)
 		})
 	if err == nil || ctx.Err() == nil {
 		return err
@@ -228,6 +239,50 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 	}
 	b.WriteString("\nnext: kubectl -n " + OperatorNamespace + " logs deploy/" + OperatorDeployment + "; see docs/troubleshooting.md")
 	return b.String()
+}
+
+// CacheSecret is the operator's cache of a provider version's components
+// (upstream-facts 4.5).
+func (p Provider) CacheSecret() string {
+	return fmt.Sprintf("%s-%s-%s-cache", p.Kind.Prefix, p.Name, p.Version)
+}
+
+// staleCache returns the cache Secret an upgrade is stuck on: the operator
+// has reconciled this generation and reports Ready, yet installedVersion is
+// not the pin, because it applied an old cache Secret of the pinned version
+// whose hash matched again instead of installing (upstream #873, #1075).
+func (s *ProviderStep) staleCache(ctx context.Context) (string, error) {
+	u, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	st := ReadStatus(u)
+	if st.ObservedGeneration < u.GetGeneration() || !st.Ready() || st.InstalledVersion == "" || st.InstalledVersion == s.P.Version {
+		return "", nil
+	}
+	_, err = s.C.API().Typed.CoreV1().Secrets(s.P.Namespace).Get(ctx, s.P.CacheSecret(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return s.P.CacheSecret(), nil
+}
+
+// clearCache deletes the stale cache Secret and touches the provider so
+// the operator reconciles it again (it does not watch its cache Secrets).
+// The annotation is written by a merge patch, not by mgmtctl's apply, so
+// it never shows up as a difference on later runs.
+func (s *ProviderStep) clearCache(ctx context.Context, name string) error {
+	if err := s.C.API().Typed.CoreV1().Secrets(s.P.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete stale cache Secret %s/%s: %w", s.P.Namespace, name, err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"mgmtctl.io/cache-cleared":%q}}}`, time.Now().UTC().Format(time.RFC3339))
+	if _, err := s.C.API().Dynamic.Resource(s.P.Kind.GVR()).Namespace(s.P.Namespace).Patch(ctx, s.P.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager + "-cache-clear"}); err != nil {
+		return fmt.Errorf("ask the operator to reconcile %s again: %w", s.P.Ref(), err)
+	}
+	return nil
 }
 
 // Condition is one of a provider's status conditions.

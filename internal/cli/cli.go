@@ -18,6 +18,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
+	"github.com/mgmtctl/mgmtctl/internal/health"
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
@@ -352,17 +353,58 @@ func nextHint(err error) string {
 }
 
 func newStatus(g *global, o *Options) *cobra.Command {
-	return &cobra.Command{
+	var tags, skip []string
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Report whether the cluster is healthy and as configured (read-only)",
-		Args:  noArgs,
+		Long: "status asks each phase's questions without changing anything (no lock, no write,\n" +
+			"no token minted) and exits 0 when all is healthy and as configured, 1 otherwise;\n" +
+			"each unhealthy line says what to run or read next.",
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := g.load(o); err != nil {
-				return err
-			}
-			return errors.New("status is not implemented in this version of mgmtctl")
+			return runStatus(cmd.Context(), g, o, tags, skip)
 		},
 	}
+	cmd.Flags().StringSliceVar(&tags, "tags", nil, "look at these phases only (vm, k3s, addons, capi, kubeconfig, inspector)")
+	cmd.Flags().StringSliceVar(&skip, "skip-tags", nil, "skip these phases")
+	return cmd
+}
+
+func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) error {
+	if err := g.validateOutput(); err != nil {
+		return err
+	}
+	l, err := g.load(o)
+	if err != nil {
+		return err
+	}
+	var x redact.Redactor
+	x.Add(l.Secrets.Proxmox.TokenSecret)
+	// A check session: every host behind the read-only gate, no lock.
+	s := &phase.Session{Config: l, Check: true, Redact: x.Add}
+	selected, err := engine.SelectPhases(phase.Build(s), parseTags(tags), parseTags(skip))
+	if err != nil {
+		return usageError{err}
+	}
+	sel := map[step.Tag]bool{}
+	for _, p := range selected {
+		sel[p.Tag] = true
+	}
+	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: &x, Retry: remote.Retry{Attempts: 2}}
+	defer s.Close()
+	r := health.Run(ctx, phase.StatusChecks(s), sel)
+	if g.output == "json" {
+		err = health.WriteJSON(o.Out, r, &x)
+	} else {
+		err = health.WriteText(o.Out, r, &x)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.Healthy {
+		return reported{errors.New("unhealthy")}
+	}
+	return nil
 }
 
 func newKubeconfig(g *global, o *Options) *cobra.Command {

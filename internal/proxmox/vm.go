@@ -79,12 +79,12 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, fmt.Errorf("VMID %s on %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
 			n.VMID(), n.Name(), n.Facts.Config["name"], n.Facts.Config["tags"], n.Cluster.Metadata.Name)
 	}
-	return step.Plan{Note: fmt.Sprintf("VM %s (%s) exists", n.VMID(), n.Cluster.Metadata.Name), Warnings: s.drift()}, nil
+	return step.Plan{Note: fmt.Sprintf("VM %s (%s) exists", n.VMID(), n.Cluster.Metadata.Name), Warnings: s.Drift()}, nil
 }
 
-// drift lists differences mgmtctl reports but leaves alone: it does not
+// Drift lists differences mgmtctl reports but leaves alone: it does not
 // reconfigure a VM's hardware or cloud-init settings in this version.
-func (s *CreateVM) drift() []string {
+func (s *CreateVM) Drift() []string {
 	c := s.N.Facts.Config
 	want := map[string]string{}
 	args := s.CreateArgs()

@@ -162,6 +162,20 @@ func TestFullRun(t *testing.T) {
 		t.Errorf("after bump: %q", r.Stdout)
 	}
 
+	// Back to the earlier core version: the operator still has that
+	// version's cache Secret, whose hash matches again, and applies it
+	// without installing (upstream #873, #1075). mgmtctl sees the upgrade
+	// stuck, deletes the stale cache and says so; the operator installs.
+	e.editConfig("{type: core, name: cluster-api, version: v1.12.11}", "{type: core, name: cluster-api, version: v1.12.10}")
+	r = e.apply("--tags", "capi")
+	mustSucceed(t, r, "back to v1.12.10")
+	if !strings.Contains(r.Stdout, "stale cache Secret capi-system/core-cluster-api-v1.12.10-cache (cluster-api-operator #1075); deleting it") {
+		t.Errorf("stale cache not reported:\n%s", r.Stdout)
+	}
+	if got := e.adminKubectl("get", "coreprovider", "-n", "capi-system", "cluster-api", "-o", "jsonpath={.status.installedVersion}").Stdout; got != "v1.12.10" {
+		t.Errorf("core after the stale cache: %q", got)
+	}
+
 	// A chart version the repository does not have: the chart step fails
 	// with helm's message (from the Job's first attempt, not a timeout).
 	e.editConfig("  kubeconfig:", "  certManager:\n    version: v1.99.0\n  kubeconfig:")

@@ -171,6 +171,21 @@ func (o *Operator) reconcile(ctx context.Context, p provider, all []provider) er
 	hash := appliedHash(p, secretData)
 	status := map[string]any{}
 	if p.GetAnnotations()[specHash] != hash || installed != version {
+		if cache := o.fromCache(ctx, p, version, hash); cache != "" {
+			// ApplyFromCache completes the reconcile: the cached
+			// components are applied and nothing else runs, so
+			// installedVersion stays where it was. An old cache Secret
+			// whose hash matches again (a version that was installed
+			// before) leaves an upgrade stuck like this (upstream #873,
+			// #1075).
+			o.logf("applied %s %s/%s from cache %s", p.GetKind(), p.GetNamespace(), p.GetName(), cache)
+			if err := o.annotate(ctx, p, hash); err != nil {
+				return err
+			}
+			set(condition{"ProviderInstalled", "True", "ProviderInstalled", "Provider installed successfully"})
+			set(o.health(ctx, p))
+			return o.writeStatus(ctx, p, conds, nil, true)
+		}
 		prov, _ := catalog.Lookup(p.typ, p.GetName())
 		contract, ierr := o.install(ctx, p, prov, version, secretData, hash)
 		if ierr != nil {
@@ -191,21 +206,46 @@ func (o *Operator) reconcile(ctx context.Context, p provider, all []provider) er
 			// installs the new one.
 			return nil
 		}
-		ann := fresh.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann[specHash] = hash
-		fresh.SetAnnotations(ann)
-		if fresh, err = o.client(p).Update(ctx, fresh, metav1.UpdateOptions{}); err != nil {
+		p.Unstructured = fresh
+		if err := o.annotate(ctx, p, hash); err != nil {
 			return err
 		}
-		p.Unstructured = fresh
 		o.logf("installed %s %s/%s %s", p.GetKind(), p.GetNamespace(), p.GetName(), version)
 	}
 	set(condition{"ProviderInstalled", "True", "ProviderInstalled", "Provider installed successfully"})
 	set(o.health(ctx, p))
 	return o.writeStatus(ctx, p, conds, status, true)
+}
+
+// fromCache is upstream's ApplyFromCache: a cache Secret for spec.version
+// whose applied-spec-hash equals the provider's hash is used as is. It
+// returns the Secret's name when it was.
+func (o *Operator) fromCache(ctx context.Context, p provider, version, hash string) string {
+	name := fmt.Sprintf("%s-%s-%s-cache", p.typ, p.GetName(), version)
+	sec, err := o.CS.CoreV1().Secrets(p.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || sec.Annotations[specHash] != hash {
+		return ""
+	}
+	return name
+}
+
+// annotate puts the applied-spec-hash on the provider CR.
+func (o *Operator) annotate(ctx context.Context, p provider, hash string) error {
+	ann := p.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	if ann[specHash] == hash {
+		return nil
+	}
+	ann[specHash] = hash
+	p.SetAnnotations(ann)
+	u, err := o.client(p).Update(ctx, p.Unstructured, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	p.Unstructured.Object = u.Object
+	return nil
 }
 
 // health mirrors the provider Deployment's Available condition into Ready

@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type statusReport struct {
+	Healthy bool `json:"healthy"`
+	Checks  []struct {
+		Phase, Check, State, Detail, Next string
+	} `json:"checks"`
+}
+
+func (e *env) status(args ...string) (statusReport, int, string) {
+	e.t.Helper()
+	r := e.mgmtctl(append([]string{"status", "-o", "json"}, args...)...)
+	var rep statusReport
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		e.t.Fatalf("status output: %v\n%s\n%s", err, r.Stdout, r.Stderr)
+	}
+	return rep, r.Code, r.Stdout + r.Stderr
+}
+
+// unhealthy lists phase/check of the report's unhealthy lines.
+func (s statusReport) unhealthy() string {
+	var out []string
+	for _, c := range s.Checks {
+		if c.State == "unhealthy" {
+			out = append(out, c.Phase+"/"+c.Check)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// clusterState is every object's resourceVersion, the Proxmox node's disk
+// and the laptop's kubeconfigs: what status must leave as it found it.
+func (e *env) clusterState() string {
+	e.t.Helper()
+	r := e.adminKubectl("get", "all,secrets,configmaps,serviceaccounts,helmcharts,"+allProviders, "-A", "-o", "jsonpath={range .items[*]}{.metadata.uid}={.metadata.resourceVersion}{\"\\n\"}{end}")
+	var kc []string
+	for _, f := range []string{"lab-mgmt.kubeconfig", "lab-mgmt-ro.kubeconfig"} {
+		b, _ := os.ReadFile(filepath.Join(e.LaptopHome(), ".kube", f))
+		kc = append(kc, string(b))
+	}
+	return r.Stdout + e.pveState() + strings.Join(kc, "")
+}
+
+// TestStatus: on a converged lab status says healthy and changes nothing
+// (no lock, no write, no token minted); after a stopped VM, a broken token
+// secret, or a pin bumped without applying, it exits 1 and names exactly
+// that.
+func TestStatus(t *testing.T) {
+	e := start(t)
+	mustSucceed(t, e.apply(), "apply")
+	before := e.clusterState()
+	rep, code, out := e.status()
+	if code != 0 || !rep.Healthy || len(rep.Checks) != 18 {
+		t.Fatalf("converged: exit %d\n%s", code, out)
+	}
+	if r := e.mgmtctl("status"); r.Code != 0 || !strings.Contains(r.Stdout, "healthy: 18 checks ok, and as configured") {
+		t.Errorf("text: %+v", r)
+	}
+	if after := e.clusterState(); after != before {
+		t.Error("status changed the lab's state")
+	}
+	secret := e.secret()
+	noSecret(t, e.mgmtctl("status", "-v"), secret)
+
+	// A broken token secret.
+	orig, _ := os.ReadFile(e.SecretsPath())
+	os.WriteFile(e.SecretsPath(), []byte("proxmox:\n  tokenSecret: 0badc0de-1111-4222-8333-444455556666\n"), 0o600)
+	rep, code, out = e.status()
+	if code != 1 || rep.unhealthy() != "capi/proxmox-token" || !strings.Contains(out, "token secret rejected") {
+		t.Errorf("broken token: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
+	}
+	noSecret(t, e.mgmtctl("status"), "0badc0de-1111-4222-8333-444455556666", secret)
+	os.WriteFile(e.SecretsPath(), orig, 0o600)
+
+	// A pin bumped without applying.
+	e.editConfig("  kubeconfig:", "  providers:\n    - {type: core, name: cluster-api, version: v1.12.11}\n    - {type: infrastructure, name: proxmox, version: v0.9.2}\n  kubeconfig:")
+	rep, code, out = e.status("--tags", "capi")
+	if code != 1 || rep.unhealthy() != "capi/provider-infrastructure" || !strings.Contains(out, "InfrastructureProvider capmox-system/proxmox is at v0.9.1, mgmt.yaml pins v0.9.2") {
+		t.Errorf("bumped pin: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
+	}
+	e.editConfig("  providers:\n    - {type: core, name: cluster-api, version: v1.12.11}\n    - {type: infrastructure, name: proxmox, version: v0.9.2}\n", "")
+
+	// The VM stopped: named once, what depends on it skipped.
+	if r := e.PVE("qm stop 110"); r.Code != 0 {
+		t.Fatalf("qm stop: %+v", r)
+	}
+	rep, code, out = e.status()
+	if code != 1 || rep.unhealthy() != "vm/vm" || !strings.Contains(out, "VM 110 (lab-mgmt) is stopped") || !strings.Contains(out, "mgmtctl apply --tags vm") {
+		t.Errorf("stopped VM: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
+	}
+}
