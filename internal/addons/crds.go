@@ -21,7 +21,8 @@ var ProviderPlurals = []string{"coreproviders", "bootstrapproviders", "controlpl
 // OperatorGroup is cluster-api-operator's API group.
 const OperatorGroup = "operator.cluster.x-k8s.io"
 
-// CRDTimeout bounds the wait for the provider CRDs and webhooks.
+// CRDTimeout is the default bound of the wait for the provider CRDs and
+// webhooks.
 const CRDTimeout = 5 * time.Minute
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -33,6 +34,8 @@ type ProviderAPI struct {
 	V         *VM
 	Namespace string // where the dry-run object would live: the operator's
 	Wait      bool
+	// Timeout bounds the wait; zero means CRDTimeout.
+	Timeout time.Duration
 }
 
 var _ step.Step = (*ProviderAPI)(nil)
@@ -58,7 +61,8 @@ func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 		}
 		return step.Plan{Note: "provider CRDs Established; a provider CR passes a server-side dry-run"}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, CRDTimeout)
+	timeout := orDefault(s.Timeout, CRDTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := ""
 	// The dry-run's answer changes when the operator's webhook starts
@@ -87,7 +91,7 @@ func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 		}
 	})
 	if err != nil {
-		return step.Plan{}, fmt.Errorf("provider API not usable after %s: %s", CRDTimeout, last)
+		return step.Plan{}, fmt.Errorf("provider API not usable after %s: %s", timeout, last)
 	}
 	return step.Plan{Note: "provider CRDs Established; a provider CR passes a server-side dry-run"}, nil
 }

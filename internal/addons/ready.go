@@ -27,6 +27,13 @@ import (
 // chart's Deployments.
 const ChartTimeout = 10 * time.Minute
 
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
 // HelmChartGVR is k3s's HelmChart resource.
 var HelmChartGVR = schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
 
@@ -55,6 +62,8 @@ type Ready struct {
 	C Chart
 	// Wait is false in check mode: the state is looked at once.
 	Wait bool
+	// Timeout bounds the wait; zero means ChartTimeout.
+	Timeout time.Duration
 }
 
 var _ step.Step = (*Ready)(nil)
@@ -93,9 +102,10 @@ func (s *Ready) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{Note: s.note()}, nil
 }
 
-// wait blocks until the chart is usable, its Job fails, or ChartTimeout.
+// wait blocks until the chart is usable, its Job fails, or the timeout.
 func (s *Ready) wait(ctx context.Context, cl *kube.Cluster) error {
-	ctx, cancel := context.WithTimeout(ctx, ChartTimeout)
+	timeout := orDefault(s.Timeout, ChartTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := "nothing observed yet"
 	err := kube.Until(ctx, s.watches(cl), func(ctx context.Context) (bool, error) {
@@ -108,7 +118,7 @@ func (s *Ready) wait(ctx context.Context, cl *kube.Cluster) error {
 	})
 	var jf *JobFailedError
 	if err != nil && ctx.Err() != nil && !errors.As(err, &jf) {
-		return fmt.Errorf("%s %s not usable after %s: %s", s.C.Name, s.C.Version, ChartTimeout, last)
+		return fmt.Errorf("%s %s not usable after %s: %s", s.C.Name, s.C.Version, timeout, last)
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -67,6 +68,15 @@ type Cluster struct {
 	TokenSecret string
 	// Wait is false in check mode: states are looked at once.
 	Wait bool
+	// Timeout bounds each provider's wait; zero means ProviderTimeout.
+	Timeout time.Duration
+}
+
+func (c *Cluster) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return ProviderTimeout
+	}
+	return c.Timeout
 }
 
 // Provider is one provider as mgmtctl applies it.

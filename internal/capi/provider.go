@@ -20,7 +20,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// ProviderTimeout bounds the wait for one provider to be Ready.
+// ProviderTimeout is the default bound of the wait for one provider.
 const ProviderTimeout = 10 * time.Minute
 
 // OperatorNamespace and OperatorDeployment are where the addons phase
@@ -176,7 +176,7 @@ func (s *ProviderStep) observe(ctx context.Context) (bool, string, error) {
 }
 
 func (s *ProviderStep) wait(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, ProviderTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.C.timeout())
 	defer cancel()
 	last := "not reconciled yet"
 	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.P.Name).String()}
@@ -210,7 +210,7 @@ func (s *ProviderStep) wait(ctx context.Context) error {
 
 func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s not Ready at %s after %s: %s", s.P.Ref(), s.P.Version, ProviderTimeout, last)
+	fmt.Fprintf(&b, "%s not Ready at %s after %s: %s", s.P.Ref(), s.P.Version, s.C.timeout(), last)
 	if u, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{}); err == nil {
 		st := ReadStatus(u)
 		b.WriteString("\nconditions:")

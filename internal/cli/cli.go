@@ -233,6 +233,7 @@ type applyFlags struct {
 	check, diff    bool
 	detailed       bool
 	acceptNew      bool
+	waitTimeout    time.Duration
 }
 
 func parseTags(names []string) []step.Tag {
@@ -271,6 +272,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	cmd.Flags().StringSliceVar(&f.skipTags, "skip-tags", nil, "skip these phases")
 	cmd.Flags().BoolVar(&f.detailed, "detailed-exitcode", false, "exit 3 when changes were made or are pending")
 	cmd.Flags().BoolVar(&f.acceptNew, "accept-new-host-key", false, "learn the VM's SSH host key although this run did not create the VM")
+	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 0, "bound each wait for a chart or a provider (default 10m)")
 	if !plan {
 		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
 		cmd.Flags().BoolVar(&f.diff, "diff", false, "show unified diffs of files and manifests (secrets redacted)")
@@ -289,7 +291,10 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 	var x redact.Redactor
 	x.Add(l.Secrets.Proxmox.TokenSecret)
 
-	s := &phase.Session{Config: l, Check: f.check, AcceptNewHostKey: f.acceptNew, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	if f.waitTimeout < 0 {
+		return usageError{fmt.Errorf("--wait-timeout must be positive, got %s", f.waitTimeout)}
+	}
+	s := &phase.Session{Config: l, Check: f.check, AcceptNewHostKey: f.acceptNew, WaitTimeout: f.waitTimeout, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
 	all := o.Phases(s)
 	selected, err := engine.SelectPhases(all, parseTags(f.tags), parseTags(f.skipTags))
 	if err != nil {

@@ -158,8 +158,8 @@ func addonsPhase(s *Session, a *clusterAccess) step.Phase {
 	c := s.Config.Cluster
 	v := &addons.VM{Name: c.Metadata.Name, Cluster: func() *kube.Cluster { return a.cluster }}
 	cm, op := addons.CertManager(c.Spec.CertManager), addons.Operator(c.Spec.ClusterAPIOperator)
-	cmReady := &addons.Ready{V: v, C: cm, Wait: !s.Check}
-	opReady := &addons.Ready{V: v, C: op, Wait: !s.Check}
+	cmReady := &addons.Ready{V: v, C: cm, Wait: !s.Check, Timeout: s.WaitTimeout}
+	opReady := &addons.Ready{V: v, C: op, Wait: !s.Check, Timeout: s.WaitTimeout}
 	return step.Phase{
 		Tag: step.TagAddons,
 		Prepare: func(ctx context.Context) (string, error) {
@@ -174,14 +174,14 @@ func addonsPhase(s *Session, a *clusterAccess) step.Phase {
 		Steps: []step.Step{
 			&addons.Manifest{V: v, C: cm, Ready: cmReady}, cmReady,
 			&addons.Manifest{V: v, C: op, Ready: opReady}, opReady,
-			&addons.ProviderAPI{V: v, Namespace: op.TargetNamespace, Wait: !s.Check},
+			&addons.ProviderAPI{V: v, Namespace: op.TargetNamespace, Wait: !s.Check, Timeout: s.WaitTimeout},
 		},
 	}
 }
 
 func capiPhase(s *Session, a *clusterAccess) step.Phase {
 	c := &s.Config.Cluster
-	cl := &capi.Cluster{Name: c.Metadata.Name, Config: c, TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Wait: !s.Check,
+	cl := &capi.Cluster{Name: c.Metadata.Name, Config: c, TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Wait: !s.Check, Timeout: s.WaitTimeout,
 		API: func() *kube.Cluster { return a.cluster }}
 	steps := []step.Step{
 		&capi.Token{C: cl, Source: s.Config.SecretSource},

@@ -34,6 +34,9 @@ type Session struct {
 	// did not create the VM (--accept-new-host-key).
 	AcceptNewHostKey bool
 	forgotVMKey      bool
+	// WaitTimeout bounds each wait of the addons and capi phases (a chart
+	// usable, a provider Ready); zero keeps each wait's default.
+	WaitTimeout time.Duration
 	// Redact registers secret values met during the run (credentials in
 	// k3s.yaml, minted tokens) with the run's redactor.
 	Redact func(values ...string)

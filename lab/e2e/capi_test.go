@@ -157,6 +157,9 @@ func TestFullRun(t *testing.T) {
 	if coreDone < 0 || infraSeen < 0 || infraSeen < coreDone {
 		t.Errorf("bump order: core installed at %d, infrastructure first seen at %d", coreDone, infraSeen)
 	}
+	if got := e.adminKubectl("get", "coreprovider", "-n", "capi-system", "cluster-api", "-o", `jsonpath={.status.conditions[?(@.type=="ProviderUpgraded")].status} {.status.conditions[?(@.type=="ProviderUpgraded")].message}`).Stdout; got != "True Provider upgraded successfully" {
+		t.Errorf("core ProviderUpgraded: %q", got)
+	}
 	r = e.adminKubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.installedVersion}{","}{end}`)
 	if r.Stdout != "v1.12.11,v1.12.11,v1.12.11,v0.9.1,v1.1.1," {
 		t.Errorf("after bump: %q", r.Stdout)

@@ -88,6 +88,27 @@ func TestStatus(t *testing.T) {
 	}
 	e.editConfig("  providers:\n    - {type: core, name: cluster-api, version: v1.12.11}\n    - {type: infrastructure, name: proxmox, version: v0.9.2}\n", "")
 
+	// A provider that never gets Ready: the wait ends with what the
+	// operator says and how it fares; status then names that provider.
+	if err := e.SetFault("provider-never-ready", "proxmox", true); err != nil {
+		t.Fatal(err)
+	}
+	e.editConfig("  kubeconfig:", providersAt("v1.12.11", "v0.9.0")+"  kubeconfig:")
+	r := e.apply("--tags", "capi", "--wait-timeout", "15s")
+	if r.Code != 1 {
+		t.Fatalf("never-ready provider: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	for _, want := range []string{"InfrastructureProvider capmox-system/proxmox not Ready at v0.9.0 after 15s", "conditions:",
+		"Ready=False MinimumReplicasUnavailable", "operator Deployment capi-operator-system/cluster-api-operator: 1/1 available"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("diagnosis lacks %q:\n%s", want, r.Stderr)
+		}
+	}
+	rep, code, out = e.status("--tags", "capi")
+	if code != 1 || rep.unhealthy() != "capi/provider-infrastructure" || !strings.Contains(out, "not Ready: Ready=False (MinimumReplicasUnavailable") {
+		t.Errorf("never-ready status: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
+	}
+
 	// The VM stopped: named once, what depends on it skipped.
 	if r := e.PVE("qm stop 110"); r.Code != 0 {
 		t.Fatalf("qm stop: %+v", r)
