@@ -280,16 +280,26 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	return cmd
 }
 
-func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
+// loadForRun checks the output flag, loads the config and returns a
+// redactor that already knows the token secret.
+func (g *global) loadForRun(o *Options) (*config.Loaded, *redact.Redactor, error) {
 	if err := g.validateOutput(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	l, err := g.load(o)
 	if err != nil {
+		return nil, nil, err
+	}
+	x := &redact.Redactor{}
+	x.Add(l.Secrets.Proxmox.TokenSecret)
+	return l, x, nil
+}
+
+func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
+	l, x, err := g.loadForRun(o)
+	if err != nil {
 		return err
 	}
-	var x redact.Redactor
-	x.Add(l.Secrets.Proxmox.TokenSecret)
 
 	if f.waitTimeout < 0 {
 		return usageError{fmt.Errorf("--wait-timeout must be positive, got %s", f.waitTimeout)}
@@ -308,21 +318,21 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 		}
 	}
 
-	log, err := runlog.Open(runlog.Dir(o.CacheDir), l.Cluster.Metadata.Name, &x, o.Now())
+	log, err := runlog.Open(runlog.Dir(o.CacheDir), l.Cluster.Metadata.Name, x, o.Now())
 	if err != nil {
 		return err
 	}
 	defer log.Close()
 	s.Log = log.Logger
-	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: &x,
+	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: x,
 		Retry: remote.Retry{Attempts: 4}}
 	defer s.Close()
 
 	var view engine.Listener
 	if g.output == "json" {
-		view = ui.NewJSON(o.Out, &x, f.diff)
+		view = ui.NewJSON(o.Out, x, f.diff)
 	} else {
-		view = ui.NewText(o.Out, ui.TextOptions{Diff: f.diff, Verbose: g.verbose, Terminal: o.Terminal, Redactor: &x, LogPath: log.Path})
+		view = ui.NewText(o.Out, ui.TextOptions{Diff: f.diff, Verbose: g.verbose, Terminal: o.Terminal, Redactor: x, LogPath: log.Path})
 	}
 	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now}, engine.Listeners{log, view})
 	if err != nil {
@@ -376,17 +386,13 @@ func newStatus(g *global, o *Options) *cobra.Command {
 }
 
 func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) error {
-	if err := g.validateOutput(); err != nil {
-		return err
-	}
-	l, err := g.load(o)
+	l, x, err := g.loadForRun(o)
 	if err != nil {
 		return err
 	}
-	var x redact.Redactor
-	x.Add(l.Secrets.Proxmox.TokenSecret)
 	// A check session: every host behind the read-only gate, no lock.
 	s := &phase.Session{Config: l, Check: true, Redact: x.Add}
+	defer s.Close()
 	selected, err := engine.SelectPhases(phase.Build(s), parseTags(tags), parseTags(skip))
 	if err != nil {
 		return usageError{err}
@@ -395,13 +401,12 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 	for _, p := range selected {
 		sel[p.Tag] = true
 	}
-	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: &x, Retry: remote.Retry{Attempts: 2}}
-	defer s.Close()
+	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: x, Retry: remote.Retry{Attempts: 2}}
 	r := health.Run(ctx, phase.StatusChecks(s), sel)
 	if g.output == "json" {
-		err = health.WriteJSON(o.Out, r, &x)
+		err = health.WriteJSON(o.Out, r, x)
 	} else {
-		err = health.WriteText(o.Out, r, &x)
+		err = health.WriteText(o.Out, r, x)
 	}
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -393,25 +394,12 @@ func appliedHash(p provider, secret map[string]string) string {
 type installErr struct{ reason, msg string }
 
 func (o *Operator) get(ctx context.Context, url string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
+	b, err := simkube.Fetch(ctx, o.HTTP, url)
+	var se *simkube.StatusError
+	if errors.As(err, &se) {
+		return nil, fmt.Errorf("failed to download %q: %s", url, se.Status)
 	}
-	hc := o.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("failed to download %q: %s", url, resp.Status)
-	}
-	return io.ReadAll(resp.Body)
+	return b, err
 }
 
 var varRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:=([^}]*))?\}`)

@@ -6,9 +6,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -120,25 +119,11 @@ func (c *Controller) helm(ctx context.Context, release string, s Spec) result {
 
 func (c *Controller) fetchIndex(ctx context.Context, repo string) (*index, error) {
 	u := catalog.IndexURL(repo)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
+	b, err := simkube.Fetch(ctx, c.HTTP, u)
+	var se *simkube.StatusError
+	if errors.As(err, &se) {
+		return nil, fmt.Errorf("failed to fetch %s : %s", u, se.Status)
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("failed to fetch %s : %s", u, resp.Status)
-	}
-	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ package simkube
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -215,3 +217,31 @@ func shortHash(s string) string {
 
 // Suffix is a pod-name suffix like the ones the API server generates.
 func Suffix(seed string) string { return shortHash(seed)[:5] }
+
+// StatusError is an HTTP answer other than 200 OK.
+type StatusError struct{ Status string }
+
+func (e *StatusError) Error() string { return e.Status }
+
+// Fetch GETs url (bounded to 30 s) and returns the body of a 200 answer,
+// or a *StatusError with the answer's status line.
+func Fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, &StatusError{Status: resp.Status}
+	}
+	return io.ReadAll(resp.Body)
+}
