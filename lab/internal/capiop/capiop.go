@@ -110,6 +110,12 @@ type provider struct {
 }
 
 func (o *Operator) reconcileAll(ctx context.Context) {
+	start := time.Now()
+	defer func() {
+		if d := time.Since(start); d > 500*time.Millisecond {
+			o.logf("slow reconcile pass: %s", d.Round(time.Millisecond))
+		}
+	}()
 	if !o.running(ctx) {
 		return
 	}

@@ -217,7 +217,10 @@ func Server(args []string, log io.Writer) error {
 	}()
 
 	rc := &rest.Config{Host: "https://127.0.0.1:" + port, TLSClientConfig: rest.TLSClientConfig{
-		CAData: serverCA.CertPEM, CertData: adminCert, KeyData: adminKey}}
+		CAData: serverCA.CertPEM, CertData: adminCert, KeyData: adminKey},
+		// k3s's own controllers are not throttled like a client (the
+		// default 5 QPS made every reconcile pass take seconds).
+		QPS: 200, Burst: 400}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
