@@ -20,10 +20,14 @@ vet:
 # phases against the lab (these need root; without it they skip, saying why).
 test: vet
 	$(GO) test -count=1 ./...
-	cd lab && $(GO) test -count=1 -timeout 40m ./...
+	cd lab && $(GO) test -count=1 -timeout 60m ./...
 
+# Benchmarks: the tool's own (real sshd on loopback), then a converged
+# apply and status against the lab (needs root; one lab, about a minute to
+# set up).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd lab && $(GO) test -run '^$$' -bench . -benchtime 10x -timeout 20m ./e2e/
 
 deps:
 	bash hack/install-deps.sh

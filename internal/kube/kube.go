@@ -119,8 +119,9 @@ func NewCluster(kubeconfig []byte, d Dialer) (*Cluster, error) {
 	}
 	rc.Dial = d
 	rc.UserAgent = "mgmtctl"
-	// Watches outlive a request timeout; each call has its own context.
-	rc.Timeout = 0
+	// A bound on every request, so a connection that went silent fails
+	// instead of hanging; a watch cut by it is re-opened by Until.
+	rc.Timeout = time.Minute
 	rc.QPS, rc.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {

@@ -27,7 +27,7 @@ var (
 )
 
 // binary builds mgmtctl from the repository root once.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mgmtctl-bin-")
@@ -50,7 +50,7 @@ func binary(t *testing.T) string {
 
 type env struct {
 	*labtest.Lab
-	t   *testing.T
+	t   testing.TB
 	bin string
 }
 
@@ -58,6 +58,13 @@ func start(t *testing.T) *env {
 	labtest.Skip(t)
 	bin := binary(t)
 	return &env{Lab: labtest.Start(t), t: t, bin: bin}
+}
+
+// startBench is start for a benchmark.
+func startBench(b *testing.B) *env {
+	labtest.Skip(b)
+	bin := binary(b)
+	return &env{Lab: labtest.Start(b), t: b, bin: bin}
 }
 
 // mgmtctl runs the tool in the laptop namespace.

@@ -1,0 +1,31 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// BenchmarkConverged measures what a user waits for on a converged
+// management cluster: a full `mgmtctl apply` that changes nothing, and
+// `mgmtctl status`, each a real process in the lab's laptop namespace
+// (SSH to the node and the VM, the Kubernetes API through the VM).
+func BenchmarkConverged(b *testing.B) {
+	e := startBench(b)
+	if r := e.apply(); r.Code != 0 {
+		b.Fatalf("first apply: %s\n%s", r.Stdout, r.Stderr)
+	}
+	b.Run("apply", func(b *testing.B) {
+		for b.Loop() {
+			if r := e.apply(); r.Code != 0 || !strings.Contains(r.Stdout, "changed=0") {
+				b.Fatalf("apply: %s\n%s", r.Stdout, r.Stderr)
+			}
+		}
+	})
+	b.Run("status", func(b *testing.B) {
+		for b.Loop() {
+			if r := e.mgmtctl("status"); r.Code != 0 {
+				b.Fatalf("status: %s\n%s", r.Stdout, r.Stderr)
+			}
+		}
+	})
+}
