@@ -21,6 +21,9 @@ run apply --tags "$tags"
 echo
 echo "Second run: nothing left to change."
 run apply --tags "$tags"
+echo
+echo "Read-only health check:"
+run status --tags "$tags"
 
 cat <<MSG
 

@@ -146,8 +146,9 @@ func TestFullRun(t *testing.T) {
 	// infrastructure provider is touched.
 	e.editConfig("version: v1.12.10}", "version: v1.12.11}")
 	e.editConfig("version: v0.9.0}", "version: v0.9.1}")
-	r = e.apply("--tags", "capi")
+	r = e.apply("--tags", "capi", "--diff")
 	mustSucceed(t, r, "bump")
+	noSecret(t, r, secret, rotated)
 	if got := recap(t, r); !strings.Contains(got, "changed=2 ") {
 		t.Errorf("bump: %s\n%s", got, r.Stdout)
 	}
@@ -170,8 +171,9 @@ func TestFullRun(t *testing.T) {
 	// without installing (upstream #873, #1075). mgmtctl sees the upgrade
 	// stuck, deletes the stale cache and says so; the operator installs.
 	e.editConfig("{type: core, name: cluster-api, version: v1.12.11}", "{type: core, name: cluster-api, version: v1.12.10}")
-	r = e.apply("--tags", "capi")
+	r = e.apply("--tags", "capi", "--diff")
 	mustSucceed(t, r, "back to v1.12.10")
+	noSecret(t, r, secret, rotated)
 	if !strings.Contains(r.Stdout, "stale cache Secret capi-system/core-cluster-api-v1.12.10-cache (cluster-api-operator #1075); deleting it") {
 		t.Errorf("stale cache not reported:\n%s", r.Stdout)
 	}
@@ -182,7 +184,8 @@ func TestFullRun(t *testing.T) {
 	// A chart version the repository does not have: the chart step fails
 	// with helm's message (from the Job's first attempt, not a timeout).
 	e.editConfig("  kubeconfig:", "  certManager:\n    version: v1.99.0\n  kubeconfig:")
-	r = e.apply("--tags", "addons")
+	r = e.apply("--tags", "addons", "--diff")
+	noSecret(t, r, secret, rotated)
 	if r.Code != 1 || !regexp.MustCompile(`failed: \[lab-mgmt\] addons/cert-manager-chart`).MatchString(r.Stdout) ||
 		!strings.Contains(r.Stderr, `chart "cert-manager" matching v1.99.0 not found in cert-manager index`) || !strings.Contains(r.Stderr, "BackOff") {
 		t.Errorf("wrong chart version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
