@@ -196,3 +196,24 @@ func TestFullRun(t *testing.T) {
 		t.Errorf("final run: %s", got)
 	}
 }
+
+// TestKilledDuringAddons: a run killed right after it wrote the operator's
+// HelmChart (while it waits for the chart) converges on the next run,
+// which also applies the providers; the run after that changes nothing.
+func TestKilledDuringAddons(t *testing.T) {
+	e := start(t)
+	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
+	e.killWhen("addons,capi", filepath.Join(e.VMDisk(lab.VMID), "upper/var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml"), "the operator's HelmChart write")
+	r := e.apply()
+	mustSucceed(t, r, "apply after kill")
+	if strings.Contains(r.Stdout, "addons/cluster-api-operator-chart: create") {
+		t.Errorf("the chart written before the kill was written again:\n%s", r.Stdout)
+	}
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("third run: %s", got)
+	}
+	r = e.adminKubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`)
+	if r.Stdout != "TrueTrueTrueTrueTrue" {
+		t.Errorf("providers Ready: %+v", r)
+	}
+}
