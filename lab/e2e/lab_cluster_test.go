@@ -126,11 +126,11 @@ func TestLabChartsAndOperator(t *testing.T) {
 	if got := e.jsonpath("crd/coreproviders.operator.cluster.x-k8s.io", "", `{.metadata.annotations.helm\.sh/resource-policy} {.status.conditions[?(@.type=="Established")].status}`); got != "keep True" {
 		t.Errorf("operator CRD: %q", got)
 	}
-	// Providers in the chart's values: the post-install hook meets a
-	// webhook that does not serve yet (upstream #406).
-	e.kubectlApply("hooks", helmChart("hooks", capiOperatorRepo, "cluster-api-operator", "0.28.0", "hooks-system", "infrastructure:\n  proxmox: {}"))
-	if msg := failing("hooks"); !strings.Contains(msg, `failed post-install: warning: Hook post-install cluster-api-operator/templates/infra.yaml failed`) || !strings.Contains(msg, `vinfrastructureprovider.kb.io`) {
-		t.Errorf("hooks: %q", msg)
+	// A second release of the chart: Helm will not take over the first
+	// one's cluster-wide webhook configurations.
+	e.kubectlApply("op2", helmChart("op2", capiOperatorRepo, "cluster-api-operator", "0.28.0", "op2-system", ""))
+	if msg := failing("op2"); !strings.Contains(msg, `ValidatingWebhookConfiguration "capi-operator-validating-webhook-configuration" in namespace "" exists and cannot be imported into the current release: invalid ownership metadata`) {
+		t.Errorf("second operator release: %q", msg)
 	}
 
 	// The operator.
@@ -188,6 +188,10 @@ func TestLabChartsAndOperator(t *testing.T) {
 	}
 	creds("wrong", "00000000-0000-4000-8000-000000000000")
 	e.kubectlApply("capmox", provider("InfrastructureProvider", "proxmox", "capmox-system", "  version: v0.9.1\n  configSecret:\n    name: wrong\n"))
+	// The operator's mutating webhook defaults the Secret's namespace.
+	if got := e.jsonpath("infrastructureprovider/proxmox", "capmox-system", `{.spec.configSecret.namespace}`); got != "capmox-system" {
+		t.Errorf("configSecret.namespace not defaulted by the webhook: %q", got)
+	}
 	e.waitJSONPath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].reason}`, "MinimumReplicasUnavailable")
 	if got := e.jsonpath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].message}`); !strings.Contains(got, "401") {
 		t.Errorf("refused credentials: %q", got)
@@ -213,5 +217,14 @@ func TestLabChartsAndOperator(t *testing.T) {
 	e.waitJSONPath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="ProviderInstalled")].status}`, "True")
 	if got := e.jsonpath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}`); got != "False MinimumReplicasUnavailable" {
 		t.Errorf("never ready: %q", got)
+	}
+
+	// Providers in the chart's values: the post-upgrade hook meets a
+	// webhook that does not serve yet, since helm runs without --wait
+	// (upstream #406).
+	e.kubectlApply("op", helmChart("op", capiOperatorRepo, "cluster-api-operator", "0.27.0", "op-system", "infrastructure:\n  proxmox: {}"))
+	e.waitJSONPath("job/helm-install-op", "kube-system", `{.spec.template.spec.containers[0].env[?(@.name=="VERSION")].value}`, "0.27.0")
+	if msg := failing("op"); !strings.Contains(msg, `failed post-upgrade: warning: Hook post-upgrade cluster-api-operator/templates/infra.yaml failed`) || !strings.Contains(msg, `vinfrastructureprovider.kb.io`) {
+		t.Errorf("hooks: %q", msg)
 	}
 }

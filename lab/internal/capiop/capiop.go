@@ -67,6 +67,8 @@ type Operator struct {
 	LabDir string
 	HTTP   *http.Client
 	Log    io.Writer
+	// NodeIP is where the operator's "pod" serves its webhooks.
+	NodeIP string
 }
 
 func gvr(plural string) schema.GroupVersionResource {
@@ -80,6 +82,7 @@ func (o *Operator) Run(ctx context.Context) {
 		go simkube.Watch(ctx, o.DC, gvr(k.Plural), t)
 	}
 	go simkube.Watch(ctx, o.DC, schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, t)
+	go o.serveWebhooks(ctx)
 	simkube.Loop(ctx, t, 3*time.Second, o.reconcileAll)
 }
 
@@ -91,18 +94,7 @@ func (o *Operator) logf(format string, args ...any) {
 
 // running reports whether the operator's own Deployment is Available:
 // without it nothing reconciles providers, as upstream.
-func (o *Operator) running(ctx context.Context) bool {
-	list, err := o.CS.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: "clusterctl.cluster.x-k8s.io/core=capi-operator"})
-	if err != nil {
-		return false
-	}
-	for _, d := range list.Items {
-		if simkube.DeploymentAvailable(ctx, o.CS, d.Namespace, d.Name) {
-			return true
-		}
-	}
-	return false
-}
+func (o *Operator) running(ctx context.Context) bool { return o.operatorNamespace(ctx) != "" }
 
 type provider struct {
 	*unstructured.Unstructured

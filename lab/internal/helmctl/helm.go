@@ -99,16 +99,16 @@ func (c *Controller) helm(ctx context.Context, release string, s Spec) result {
 	if err := yaml.Unmarshal([]byte(s.ValuesContent), &values); err != nil {
 		return fail("failed to parse values: %v", err)
 	}
-	var render func(context.Context, string, Spec, map[string]any) error
+	var render func(context.Context, string, Spec, map[string]any, bool) error
 	switch s.Chart {
 	case "cert-manager":
 		render = c.certManager
 	case "cluster-api-operator":
 		render = c.operator
 	default:
-		render = func(context.Context, string, Spec, map[string]any) error { return nil }
+		render = func(context.Context, string, Spec, map[string]any, bool) error { return nil }
 	}
-	if err := render(ctx, release, s, values); err != nil {
+	if err := render(ctx, release, s, values, upgrade); err != nil {
 		return fail("%v", err)
 	}
 	if err := c.recordRelease(ctx, release, s, appVersion, values, rels); err != nil {
@@ -235,7 +235,7 @@ var certManagerCRDs = []struct{ group, kind, plural string }{
 }
 
 // certManager renders the cert-manager chart (upstream-facts 5).
-func (c *Controller) certManager(ctx context.Context, release string, s Spec, values map[string]any) error {
+func (c *Controller) certManager(ctx context.Context, release string, s Spec, values map[string]any, _ bool) error {
 	crdsEnabled, _ := truthy(values, "crds", "enabled")
 	installCRDs, _ := truthy(values, "installCRDs")
 	keep, keepSet := truthy(values, "crds", "keep")
@@ -276,7 +276,7 @@ func (c *Controller) certManager(ctx context.Context, release string, s Spec, va
 // operator renders the cluster-api-operator chart (upstream-facts 4.6):
 // its CRDs (the real ones, kept on uninstall), the operator Deployment,
 // and the Certificate and Issuer that need cert-manager first.
-func (c *Controller) operator(ctx context.Context, release string, s Spec, values map[string]any) error {
+func (c *Controller) operator(ctx context.Context, release string, s Spec, values map[string]any, upgrade bool) error {
 	var missing []string
 	for _, k := range []struct{ name, kind, plural string }{{"capi-operator-serving-cert", "Certificate", "certificates"}, {"capi-operator-selfsigned-issuer", "Issuer", "issuers"}} {
 		if _, err := c.DC.Resource(crdGVR).Get(ctx, k.plural+".cert-manager.io", metav1.GetOptions{}); apierrors.IsNotFound(err) {
@@ -321,9 +321,16 @@ func (c *Controller) operator(ctx context.Context, release string, s Spec, value
 		Image: "registry.k8s.io/capi-operator/cluster-api-operator:v" + strings.TrimPrefix(s.Version, "v")}, simkube.Availability{Available: true}); err != nil {
 		return err
 	}
-	// Providers in the chart's values are created by post-install hooks;
-	// klipper-helm installs without --wait, so the hook reaches the
-	// operator's webhook before it serves (upstream #406).
+	if err := c.operatorWebhooks(ctx, release, s.TargetNamespace); err != nil {
+		return err
+	}
+	// Providers in the chart's values are created by post-install (and
+	// post-upgrade) hooks; klipper-helm installs without --wait, so the
+	// hook reaches the operator's webhook before it serves (upstream #406).
+	hook := "post-install"
+	if upgrade {
+		hook = "post-upgrade"
+	}
 	hooks := true
 	if v, ok := truthy(values, "enableHelmHook"); ok {
 		hooks = v
@@ -332,8 +339,8 @@ func (c *Controller) operator(ctx context.Context, release string, s Spec, value
 		{"controlPlane", "controlplaneprovider", "control-plane.yaml"}, {"infrastructure", "infrastructureprovider", "infra.yaml"},
 		{"ipam", "ipamprovider", "ipam.yaml"}, {"addon", "addonprovider", "addon.yaml"}} {
 		if m, ok := values[kind.key].(map[string]any); ok && len(m) > 0 && hooks {
-			return fmt.Errorf("failed post-install: warning: Hook post-install cluster-api-operator/templates/%s failed: 1 error occurred:\n\t* Internal error occurred: failed calling webhook \"v%s.kb.io\": failed to call webhook: Post \"https://capi-operator-webhook-service.%s.svc:443/validate-operator-cluster-x-k8s-io-v1alpha2-%s?timeout=10s\": dial tcp 10.43.0.10:443: connect: connection refused",
-				kind.file, kind.kind, s.TargetNamespace, kind.kind)
+			return fmt.Errorf("failed %s: warning: Hook %s cluster-api-operator/templates/%s failed: 1 error occurred:\n\t* Internal error occurred: failed calling webhook \"v%s.kb.io\": failed to call webhook: Post \"https://capi-operator-webhook-service.%s.svc:443/validate-operator-cluster-x-k8s-io-v1alpha2-%s?timeout=10s\": dial tcp 10.43.0.10:443: connect: connection refused",
+				hook, hook, kind.file, kind.kind, s.TargetNamespace, kind.kind)
 		}
 	}
 	return nil

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
@@ -51,6 +52,9 @@ type Controller struct {
 	LabDir string // faults/ and crds/
 	HTTP   *http.Client
 	Log    io.Writer
+	// WebhookCA signs the operator webhooks' serving certificate, in place
+	// of cert-manager's self-signed Issuer.
+	WebhookCA *pki.CA
 
 	mu   sync.Mutex
 	next map[string]time.Time // ns/name -> when a failing Job retries

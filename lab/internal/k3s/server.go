@@ -208,6 +208,9 @@ func Server(args []string, log io.Writer) error {
 		"--service-cluster-ip-range=10.43.0.0/16", "--allow-privileged=true",
 		"--enable-admission-plugins=NodeRestriction",
 		"--profiling=false", "--cert-dir=" + filepath.Join(tls, "temporary-certs"),
+		// No kube-proxy routes Service ClusterIPs here, so the API server
+		// reaches webhook Services through their EndpointSlices.
+		"--enable-aggregator-routing=true",
 	}
 	apiDone := make(chan int, 1)
 	go func() {
@@ -255,9 +258,13 @@ func Server(args []string, log io.Writer) error {
 	}
 	// k3s embeds helm-controller (upstream-facts 2.7); the operator runs
 	// only once its chart's Deployment is Available.
-	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log}
+	webhookCA, err := pki.LoadOrCreate(filepath.Join(tls, "webhook-ca"))
+	if err != nil {
+		return err
+	}
+	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log, WebhookCA: webhookCA}
 	go hc.Run(ctx)
-	op := &capiop.Operator{CS: cs, DC: dc, LabDir: labDir(), Log: log}
+	op := &capiop.Operator{CS: cs, DC: dc, LabDir: labDir(), Log: log, NodeIP: ip}
 	go op.Run(ctx)
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
