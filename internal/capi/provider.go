@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mgmtctl/mgmtctl/internal/kube"
@@ -54,11 +55,7 @@ func (s *ProviderStep) ID() string { return "provider-" + s.P.Kind.Prefix }
 // Host implements step.Step.
 func (s *ProviderStep) Host() string { return s.C.Name }
 
-func (s *ProviderStep) client() interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error)
-	Apply(ctx context.Context, name string, obj *unstructured.Unstructured, opts metav1.ApplyOptions, sub ...string) (*unstructured.Unstructured, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-} {
+func (s *ProviderStep) client() dynamic.ResourceInterface {
 	return s.C.API().Dynamic.Resource(s.P.Kind.GVR()).Namespace(s.P.Namespace)
 }
 
@@ -279,7 +276,7 @@ func (s *ProviderStep) clearCache(ctx context.Context, name string) error {
 		return fmt.Errorf("delete stale cache Secret %s/%s: %w", s.P.Namespace, name, err)
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{"mgmtctl.io/cache-cleared":%q}}}`, time.Now().UTC().Format(time.RFC3339))
-	if _, err := s.C.API().Dynamic.Resource(s.P.Kind.GVR()).Namespace(s.P.Namespace).Patch(ctx, s.P.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager + "-cache-clear"}); err != nil {
+	if _, err := s.client().Patch(ctx, s.P.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager + "-cache-clear"}); err != nil {
 		return fmt.Errorf("ask the operator to reconcile %s again: %w", s.P.Ref(), err)
 	}
 	return nil
