@@ -218,6 +218,11 @@ func TestLabChartsAndOperator(t *testing.T) {
 	if got := e.jsonpath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}`); got != "False MinimumReplicasUnavailable" {
 		t.Errorf("never ready: %q", got)
 	}
+	// Once the cause is gone, the restarted container comes up.
+	if err := e.SetFault("provider-never-ready", "", false); err != nil {
+		t.Fatal(err)
+	}
+	e.waitJSONPath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Ready")].status}`, "True")
 
 	// Providers in the chart's values: the post-upgrade hook meets a
 	// webhook that does not serve yet, since helm runs without --wait

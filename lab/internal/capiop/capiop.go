@@ -210,10 +210,51 @@ func (o *Operator) reconcile(ctx context.Context, p provider, all []provider) er
 			return err
 		}
 		o.logf("installed %s %s/%s %s", p.GetKind(), p.GetNamespace(), p.GetName(), version)
+	} else if o.health(ctx, p).Status != "True" {
+		o.restart(ctx, p)
 	}
 	set(condition{"ProviderInstalled", "True", "ProviderInstalled", "Provider installed successfully"})
 	set(o.health(ctx, p))
 	return o.writeStatus(ctx, p, conds, status, true)
+}
+
+// restart is the kubelet restarting an unavailable provider's container:
+// it comes up once what kept it down is gone (the provider-never-ready
+// fault switched off, CAPMOX's credentials accepted by Proxmox again).
+func (o *Operator) restart(ctx context.Context, p provider) {
+	prov, ok := catalog.Lookup(p.typ, p.GetName())
+	if !ok {
+		return
+	}
+	d, err := o.CS.AppsV1().Deployments(p.GetNamespace()).Get(ctx, prov.Deployment, metav1.GetOptions{})
+	if err != nil || len(d.Spec.Template.Spec.Containers) == 0 {
+		return
+	}
+	var creds map[string]string
+	if len(prov.Variables) > 0 {
+		sec, err := o.CS.CoreV1().Secrets(p.GetNamespace()).Get(ctx, "capmox-manager-credentials", metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		creds = map[string]string{}
+		for k, v := range sec.Data {
+			creds[k] = string(v)
+		}
+	}
+	av := o.availability(ctx, prov, creds)
+	if !av.Available {
+		return
+	}
+	var owner *metav1.OwnerReference
+	if len(d.OwnerReferences) > 0 {
+		owner = &d.OwnerReferences[0]
+	}
+	if err := simkube.ApplyDeployment(ctx, o.CS, simkube.Deployment{Namespace: d.Namespace, Name: d.Name, Labels: d.Labels,
+		Image: d.Spec.Template.Spec.Containers[0].Image, Owner: owner}, av); err != nil {
+		o.logf("restart %s: %v", d.Name, err)
+		return
+	}
+	o.logf("%s/%s is Available after a restart", d.Namespace, d.Name)
 }
 
 // fromCache is upstream's ApplyFromCache: a cache Secret for spec.version
