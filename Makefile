@@ -10,7 +10,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/mgmtctl ./cmd/mgmtctl
-	cd lab && $(GO) build -o ../$(BIN)/labsim ./cmd/labsim && $(GO) build -o ../$(BIN)/k3s ./cmd/k3s && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o ../$(BIN)/kubectl ./cmd/kubectl
+	cd lab && $(GO) build -o ../$(BIN)/labsim ./cmd/labsim && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o ../$(BIN)/k3s ./cmd/k3s && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o ../$(BIN)/kubectl ./cmd/kubectl
 
 vet:
 	$(GO) vet ./...
