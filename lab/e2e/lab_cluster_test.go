@@ -172,6 +172,21 @@ func TestLabChartsAndOperator(t *testing.T) {
 	}
 	// The waiting provider goes on once core is Ready.
 	e.waitJSONPath("ipamprovider/in-cluster", "ipam", `{.status.conditions[?(@.type=="Ready")].status}`, "True")
+	// A minor downgrade is refused (with upstream's literal %s); the
+	// installed version stays.
+	e.kubectlApply("ipam", provider("IPAMProvider", "in-cluster", "ipam", "  version: v1.0.3\n"))
+	e.waitJSONPath("ipamprovider/in-cluster", "ipam", preflight, "UnsupportedProviderDowngradeReason")
+	if got := e.jsonpath("ipamprovider/in-cluster", "ipam", `{.status.conditions[?(@.type=="PreflightCheckPassed")].message} {.status.installedVersion}`); got != "Downgrade is not supported for provider %s v1.1.1" {
+		t.Errorf("downgrade: %q", got)
+	}
+	// Only one CoreProvider in the cluster.
+	ns("core2")
+	e.kubectlApply("core2", provider("CoreProvider", "cluster-api", "core2", "  version: v1.12.11\n"))
+	e.waitJSONPath("coreprovider/cluster-api", "core2", `{.status.conditions[?(@.type=="PreflightCheckPassed")].message}`, "CoreProvider already exists in the cluster. Only one is allowed.")
+	if r := e.adminKubectl("delete", "coreprovider", "cluster-api", "-n", "core2", "--timeout=60s"); r.Code != 0 {
+		t.Errorf("delete the second CoreProvider: %+v", r)
+	}
+	e.waitJSONPath("coreprovider/cluster-api", "capi-system", preflight, "PreflightChecksPassed")
 
 	// CAPMOX: no variables, then a refused secret, then the right one.
 	e.kubectlApply("capmox", provider("InfrastructureProvider", "proxmox", "capmox-system", "  version: v0.9.1\n"))
