@@ -3,7 +3,6 @@ package addons
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,15 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/mgmtctl/mgmtctl/internal/capi"
+	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
-
-// ProviderPlurals are the operator CRDs the capi phase writes objects of.
-var ProviderPlurals = []string{"coreproviders", "bootstrapproviders", "controlplaneproviders", "infrastructureproviders", "ipamproviders"}
-
-// OperatorGroup is cluster-api-operator's API group.
-const OperatorGroup = "operator.cluster.x-k8s.io"
 
 // CRDTimeout is the default bound of the wait for the provider CRDs and
 // webhooks.
@@ -50,13 +45,13 @@ func (s *ProviderAPI) Host() string { return s.V.Name }
 func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 	cl := s.V.Cluster()
 	pending := func(why string) step.Plan {
-		return step.Plan{Changes: []step.Change{{Target: "crds/" + OperatorGroup, Action: step.Run, Summary: "wait for the provider CRDs and the operator's webhooks (" + why + ")"}}}
+		return step.Plan{Changes: []step.Change{{Target: "crds/" + capi.Group, Action: step.Run, Summary: "wait for the provider CRDs and the operator's webhooks (" + why + ")"}}}
 	}
 	if cl == nil {
 		return pending("the cluster does not exist yet"), nil
 	}
 	if !s.Wait {
-		if why := s.observe(ctx, cl); why != "" {
+		if why, _ := s.observe(ctx, cl); why != "" {
 			return pending(why), nil
 		}
 		return step.Plan{Note: "provider CRDs Established; a provider CR passes a server-side dry-run"}, nil
@@ -71,7 +66,7 @@ func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 	backoff := 250 * time.Millisecond
 	err := kube.Until(ctx, []kube.WatchFunc{kube.WatchResource(cl.Dynamic, crdGVR, "", metav1.ListOptions{})}, func(ctx context.Context) (bool, error) {
 		for {
-			why := s.observe(ctx, cl)
+			why, webhook := s.observe(ctx, cl)
 			if why == "" {
 				return true, nil
 			}
@@ -79,7 +74,7 @@ func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 				step.Progress(ctx, why)
 				last = why
 			}
-			if !strings.HasPrefix(why, "dry-run") {
+			if !webhook {
 				return false, nil
 			}
 			select {
@@ -99,32 +94,34 @@ func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 // Apply implements step.Step; Check does all the work.
 func (s *ProviderAPI) Apply(ctx context.Context, p step.Plan) error { return nil }
 
-// observe returns what is still missing, or "" when the API is usable.
-func (s *ProviderAPI) observe(ctx context.Context, cl *kube.Cluster) string {
-	for _, pl := range ProviderPlurals {
-		name := pl + "." + OperatorGroup
+// observe returns what is still missing, or "" when the API is usable;
+// webhook says it is the dry-run that was refused, which no watch will
+// announce the end of.
+func (s *ProviderAPI) observe(ctx context.Context, cl *kube.Cluster) (why string, webhook bool) {
+	for _, t := range config.ProviderTypes {
+		name := capi.Kinds[t].Plural + "." + capi.Group
 		crd, err := cl.Dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return "CRD " + name + " does not exist yet"
+			return "CRD " + name + " does not exist yet", false
 		}
 		if err != nil {
-			return "read CRD " + name + ": " + err.Error()
+			return "read CRD " + name + ": " + err.Error(), false
 		}
 		if !established(crd) {
-			return "CRD " + name + " not Established yet"
+			return "CRD " + name + " not Established yet", false
 		}
 	}
+	core := capi.Kinds[config.ProviderCore]
 	probe := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": OperatorGroup + "/v1alpha2", "kind": "CoreProvider",
+		"apiVersion": capi.Group + "/" + capi.Version, "kind": core.Kind,
 		"metadata": map[string]any{"name": "cluster-api", "namespace": s.Namespace},
 		"spec":     map[string]any{"version": "v1.0.0"},
 	}}
-	gvr := schema.GroupVersionResource{Group: OperatorGroup, Version: "v1alpha2", Resource: "coreproviders"}
-	_, err := cl.Dynamic.Resource(gvr).Namespace(s.Namespace).Apply(ctx, "cluster-api", probe, metav1.ApplyOptions{FieldManager: "mgmtctl", DryRun: []string{metav1.DryRunAll}, Force: true})
+	_, err := cl.Dynamic.Resource(core.GVR()).Namespace(s.Namespace).Apply(ctx, "cluster-api", probe, metav1.ApplyOptions{FieldManager: capi.FieldManager, DryRun: []string{metav1.DryRunAll}, Force: true})
 	if err != nil {
-		return "dry-run of a CoreProvider refused: " + err.Error()
+		return "dry-run of a CoreProvider refused: " + err.Error(), true
 	}
-	return ""
+	return "", false
 }
 
 func established(crd *unstructured.Unstructured) bool {

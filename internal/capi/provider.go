@@ -102,7 +102,7 @@ func (s *ProviderStep) Check(ctx context.Context) (step.Plan, error) {
 		return s.plan(step.Update, cur, dry), nil
 	}
 	if !s.C.Wait {
-		ok, why, err := s.observe(ctx)
+		_, ok, why, err := s.observe(ctx)
 		if err != nil {
 			return step.Plan{}, err
 		}
@@ -152,24 +152,25 @@ func (s *ProviderStep) Apply(ctx context.Context, p step.Plan) error {
 	return s.wait(ctx)
 }
 
-// observe says whether the provider is Ready at its pin, and if not why.
-// A preflight failure the operator cannot get past is an error.
-func (s *ProviderStep) observe(ctx context.Context) (bool, string, error) {
+// observe reads the provider and says whether it is Ready at its pin, and
+// if not why. A preflight failure the operator cannot get past is an
+// error.
+func (s *ProviderStep) observe(ctx context.Context) (*unstructured.Unstructured, bool, string, error) {
 	u, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{})
 	if err != nil {
-		return false, "", fmt.Errorf("read %s: %w", s.P.Ref(), err)
+		return nil, false, "", fmt.Errorf("read %s: %w", s.P.Ref(), err)
 	}
 	st := ReadStatus(u)
 	if c, ok := st.Conditions["PreflightCheckPassed"]; ok && c.Status == "False" && terminalPreflight[c.Reason] {
-		return false, "", fmt.Errorf("%s: preflight failed: %s: %s", s.P.Ref(), c.Reason, c.Message)
+		return u, false, "", fmt.Errorf("%s: preflight failed: %s: %s", s.P.Ref(), c.Reason, c.Message)
 	}
 	if st.ObservedGeneration < u.GetGeneration() {
-		return false, fmt.Sprintf("the operator has not reconciled generation %d yet", u.GetGeneration()), nil
+		return u, false, fmt.Sprintf("the operator has not reconciled generation %d yet", u.GetGeneration()), nil
 	}
 	if st.Ready() && st.InstalledVersion == s.P.Version {
-		return true, "", nil
+		return u, true, "", nil
 	}
-	return false, st.Summary(), nil
+	return u, false, st.Summary(), nil
 }
 
 func (s *ProviderStep) wait(ctx context.Context) error {
@@ -180,7 +181,7 @@ func (s *ProviderStep) wait(ctx context.Context) error {
 	cleared := false
 	err := kube.Until(ctx, []kube.WatchFunc{func(ctx context.Context) (watch.Interface, error) { return s.client().Watch(ctx, sel) }},
 		func(ctx context.Context) (bool, error) {
-			ok, why, err := s.observe(ctx)
+			u, ok, why, err := s.observe(ctx)
 			if why != "" && why != last {
 				step.Progress(ctx, s.P.Ref()+": "+why)
 				last = why
@@ -188,7 +189,7 @@ func (s *ProviderStep) wait(ctx context.Context) error {
 			if err != nil || ok || cleared {
 				return ok, err
 			}
-			stale, err := s.staleCache(ctx)
+			stale, err := s.staleCache(ctx, u)
 			if err != nil || stale == "" {
 				return false, err
 			}
@@ -245,19 +246,16 @@ func (p Provider) CacheSecret() string {
 }
 
 // staleCache returns the cache Secret an upgrade is stuck on: the operator
-// has reconciled this generation and reports Ready, yet installedVersion is
-// not the pin, because it applied an old cache Secret of the pinned version
-// whose hash matched again instead of installing (upstream #873, #1075).
-func (s *ProviderStep) staleCache(ctx context.Context) (string, error) {
-	u, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
+// has reconciled this generation of u (the provider as just read) and
+// reports Ready, yet installedVersion is not the pin, because it applied an
+// old cache Secret of the pinned version whose hash matched again instead
+// of installing (upstream #873, #1075).
+func (s *ProviderStep) staleCache(ctx context.Context, u *unstructured.Unstructured) (string, error) {
 	st := ReadStatus(u)
 	if st.ObservedGeneration < u.GetGeneration() || !st.Ready() || st.InstalledVersion == "" || st.InstalledVersion == s.P.Version {
 		return "", nil
 	}
-	_, err = s.C.API().Typed.CoreV1().Secrets(s.P.Namespace).Get(ctx, s.P.CacheSecret(), metav1.GetOptions{})
+	_, err := s.C.API().Typed.CoreV1().Secrets(s.P.Namespace).Get(ctx, s.P.CacheSecret(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil
 	}

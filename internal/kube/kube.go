@@ -18,21 +18,32 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Dialer opens connections from the VM's side.
 type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// NewClient builds a clientset from k3s.yaml's bytes, dialling through d.
-func NewClient(kubeconfig []byte, d Dialer) (kubernetes.Interface, error) {
+// restConfig reads k3s.yaml's bytes into a REST config that dials
+// through d, with each request bounded by timeout.
+func restConfig(kubeconfig []byte, d Dialer, timeout time.Duration) (*rest.Config, error) {
 	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("parse k3s.yaml: %w", err)
 	}
 	rc.Dial = d
 	rc.UserAgent = "mgmtctl"
-	rc.Timeout = 30 * time.Second
+	rc.Timeout = timeout
+	return rc, nil
+}
+
+// NewClient builds a clientset from k3s.yaml's bytes, dialling through d.
+func NewClient(kubeconfig []byte, d Dialer) (kubernetes.Interface, error) {
+	rc, err := restConfig(kubeconfig, d, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
 	return kubernetes.NewForConfig(rc)
 }
 
@@ -113,15 +124,12 @@ type Cluster struct {
 
 // NewCluster builds both clients from k3s.yaml's bytes, dialling through d.
 func NewCluster(kubeconfig []byte, d Dialer) (*Cluster, error) {
-	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("parse k3s.yaml: %w", err)
-	}
-	rc.Dial = d
-	rc.UserAgent = "mgmtctl"
 	// A bound on every request, so a connection that went silent fails
 	// instead of hanging; a watch cut by it is re-opened by Until.
-	rc.Timeout = time.Minute
+	rc, err := restConfig(kubeconfig, d, time.Minute)
+	if err != nil {
+		return nil, err
+	}
 	rc.QPS, rc.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {

@@ -99,7 +99,6 @@ type clusterAccess struct {
 	s       *Session
 	done    bool
 	k3sYAML []byte
-	client  kubernetes.Interface
 	cluster *kube.Cluster
 	vm      remote.Host
 }
@@ -134,7 +133,7 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.k3sYAML, a.client, a.cluster, a.vm, a.done = kc, cl.Typed, cl, h, true
+	a.k3sYAML, a.cluster, a.vm, a.done = kc, cl, h, true
 	return nil
 }
 
@@ -225,7 +224,12 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 	in := c.Spec.Inspector
 	ttl, _ := time.ParseDuration(in.TokenTTL) // validated with the config
 	path := s.Config.Env.Expand("~/.kube/" + in.Name + ".kubeconfig")
-	client := func() kubernetes.Interface { return a.client }
+	client := func() kubernetes.Interface {
+		if a.cluster == nil {
+			return nil
+		}
+		return a.cluster.Typed
+	}
 	return step.Phase{
 		Tag:     step.TagInspector,
 		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.connect(ctx) },
@@ -233,7 +237,7 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 			&inspector.RBAC{Name: in.Name, HostName: c.Metadata.Name, Client: client},
 			&kubeconfig.File{StepID: "inspector-kubeconfig", Path: path,
 				Render: func(ctx context.Context, cur []byte, act bool) ([]byte, string, error) {
-					if a.client == nil {
+					if a.cluster == nil {
 						return nil, "once k3s runs", nil
 					}
 					ca, err := clusterCA(a.k3sYAML)
@@ -246,7 +250,7 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 					if !act {
 						return nil, "a new " + in.TokenTTL + " token would be minted", nil
 					}
-					tok, err := inspector.Mint(ctx, a.client, in.Name, ttl)
+					tok, err := inspector.Mint(ctx, a.cluster.Typed, in.Name, ttl)
 					if err != nil {
 						return nil, "", err
 					}

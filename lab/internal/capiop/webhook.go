@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
+	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
 // webhookPort is where the operator's webhook server listens (the
@@ -31,11 +32,9 @@ func (o *Operator) operatorNamespace(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	for _, d := range list.Items {
-		for _, c := range d.Status.Conditions {
-			if c.Type == "Available" && c.Status == corev1.ConditionTrue {
-				return d.Namespace
-			}
+	for i := range list.Items {
+		if simkube.Available(&list.Items[i]) {
+			return list.Items[i].Namespace
 		}
 	}
 	return ""

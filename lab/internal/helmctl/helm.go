@@ -370,25 +370,5 @@ func toAny(m map[string]string) map[string]any {
 // applyCRD installs a CRD and waits until it is Established, as Helm's
 // install does for CRDs before the rest of a release.
 func (c *Controller) applyCRD(ctx context.Context, u *unstructured.Unstructured) error {
-	if _, err := c.DC.Resource(crdGVR).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "helm", Force: true}); err != nil {
-		return fmt.Errorf("apply CRD %s: %w", u.GetName(), err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		got, err := c.DC.Resource(crdGVR).Get(ctx, u.GetName(), metav1.GetOptions{})
-		if err == nil {
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, cd := range conds {
-				if m, ok := cd.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("CRD %s not established", u.GetName())
+	return simkube.ApplyCRD(ctx, c.DC, u, "helm", 30*time.Second)
 }

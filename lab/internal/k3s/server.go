@@ -26,7 +26,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -39,6 +38,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/internal/capiop"
 	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
+	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
 // Paths k3s uses (upstream-facts 2.3-2.5).
@@ -237,10 +237,14 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 	logf(log, "Wrote kubeconfig %s", KubeConfig)
-	if err := applyCRDs(ctx, rc); err != nil {
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	if err := applyCRDs(ctx, dc); err != nil {
 		logf(log, "apply CRDs: %v", err)
 	}
-	if err := applyCRD(ctx, rc, []byte(addonCRD)); err != nil {
+	if err := applyCRD(ctx, dc, []byte(addonCRD)); err != nil {
 		logf(log, "apply Addon CRD: %v", err)
 	}
 	if err := registerNode(ctx, cs, hostname, ip); err != nil {
@@ -252,10 +256,6 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 	go dep.run(ctx)
-	dc, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
 	// k3s embeds helm-controller (upstream-facts 2.7); the operator runs
 	// only once its chart's Deployment is Available.
 	webhookCA, err := pki.LoadOrCreate(filepath.Join(tls, "webhook-ca"))
@@ -376,7 +376,7 @@ func labDir() string {
 
 // applyCRDs creates helm-controller's CRDs, which k3s embeds and applies at
 // start (upstream-facts: fixtures/crds/helm-controller).
-func applyCRDs(ctx context.Context, rc *rest.Config) error {
+func applyCRDs(ctx context.Context, dc dynamic.Interface) error {
 	files, _ := filepath.Glob(filepath.Join(labDir(), "crds", "helm-controller", "*.yaml"))
 	sort.Strings(files)
 	for _, f := range files {
@@ -384,7 +384,7 @@ func applyCRDs(ctx context.Context, rc *rest.Config) error {
 		if err != nil {
 			return err
 		}
-		if err := applyCRD(ctx, rc, b); err != nil {
+		if err := applyCRD(ctx, dc, b); err != nil {
 			return fmt.Errorf("apply %s: %w", filepath.Base(f), err)
 		}
 	}
@@ -393,11 +393,7 @@ func applyCRDs(ctx context.Context, rc *rest.Config) error {
 
 // applyCRD creates or updates one CRD given as YAML, and waits until it
 // is Established so objects of its kind can be applied.
-func applyCRD(ctx context.Context, rc *rest.Config, b []byte) error {
-	dc, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
+func applyCRD(ctx context.Context, dc dynamic.Interface, b []byte) error {
 	j, err := yaml.YAMLToJSON(b)
 	if err != nil {
 		return err
@@ -406,23 +402,7 @@ func applyCRD(ctx context.Context, rc *rest.Config, b []byte) error {
 	if err := u.UnmarshalJSON(j); err != nil {
 		return err
 	}
-	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dc.Resource(gvr).Apply(ctx, u.GetName(), &u, metav1.ApplyOptions{FieldManager: "k3s", Force: true}); err != nil {
-		return err
-	}
-	for i := 0; i < 100; i++ {
-		got, err := dc.Resource(gvr).Get(ctx, u.GetName(), metav1.GetOptions{})
-		if err == nil {
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-					return nil
-				}
-			}
-		}
-		<-time.After(100 * time.Millisecond)
-	}
-	return fmt.Errorf("CRD %s not established", u.GetName())
+	return simkube.ApplyCRD(ctx, dc, &u, "k3s", 10*time.Second)
 }
 
 func readyConditions(now metav1.Time) []corev1.NodeCondition {

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -187,12 +188,8 @@ func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment,
 	return nil
 }
 
-// DeploymentAvailable reports whether ns/name exists and is Available.
-func DeploymentAvailable(ctx context.Context, cs kubernetes.Interface, ns, name string) bool {
-	d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
+// Available reports a Deployment's Available condition.
+func Available(d *appsv1.Deployment) bool {
 	for _, c := range d.Status.Conditions {
 		if c.Type == appsv1.DeploymentAvailable {
 			return c.Status == corev1.ConditionTrue
@@ -217,6 +214,35 @@ func shortHash(s string) string {
 
 // Suffix is a pod-name suffix like the ones the API server generates.
 func Suffix(seed string) string { return shortHash(seed)[:5] }
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// ApplyCRD creates or updates a CRD with server-side apply as manager, and
+// waits, for at most within, until it is Established so objects of its
+// kind can be applied.
+func ApplyCRD(ctx context.Context, dc dynamic.Interface, u *unstructured.Unstructured, manager string, within time.Duration) error {
+	if _, err := dc.Resource(crdGVR).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: manager, Force: true}); err != nil {
+		return fmt.Errorf("apply CRD %s: %w", u.GetName(), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		got, err := dc.Resource(crdGVR).Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err == nil {
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("CRD %s not established", u.GetName())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
 
 // StatusError is an HTTP answer other than 200 OK.
 type StatusError struct{ Status string }
