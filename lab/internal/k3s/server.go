@@ -255,6 +255,10 @@ func Server(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The manifests present at start are applied before k3s says it is up,
+	// so a restart hands over a cluster that has them; the 15 s rescans
+	// follow in the background.
+	dep.scan(ctx)
 	go dep.run(ctx)
 	// k3s embeds helm-controller (upstream-facts 2.7); the operator runs
 	// only once its chart's Deployment is Available.
