@@ -17,6 +17,15 @@ if [ -n "$missing" ]; then
     echo "missing packages:$missing (run as root to install them)" >&2
     exit 1
   fi
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends $missing
+  # Quiet unless it fails: the first thing a user reads should be
+  # mgmtctl, not dpkg's triggers and sshd's key generation.
+  log=$(mktemp)
+  echo "installing:$missing"
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "install-deps: apt-get failed (output above)" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi

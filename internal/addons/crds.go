@@ -3,6 +3,7 @@ package addons
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,17 +99,27 @@ func (s *ProviderAPI) Apply(ctx context.Context, p step.Plan) error { return nil
 // webhook says it is the dry-run that was refused, which no watch will
 // announce the end of.
 func (s *ProviderAPI) observe(ctx context.Context, cl *kube.Cluster) (why string, webhook bool) {
-	for _, t := range config.ProviderTypes {
-		name := capi.Kinds[t].Plural + "." + capi.Group
-		crd, err := cl.Dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return "CRD " + name + " does not exist yet", false
-		}
-		if err != nil {
-			return "read CRD " + name + ": " + err.Error(), false
-		}
-		if !established(crd) {
-			return "CRD " + name + " not Established yet", false
+	// The five CRDs are read at once: one round trip's wait, not five.
+	whys := make([]string, len(config.ProviderTypes))
+	var wg sync.WaitGroup
+	for i, t := range config.ProviderTypes {
+		wg.Go(func() {
+			name := capi.Kinds[t].Plural + "." + capi.Group
+			crd, err := cl.Dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				whys[i] = "CRD " + name + " does not exist yet"
+			case err != nil:
+				whys[i] = "read CRD " + name + ": " + err.Error()
+			case !established(crd):
+				whys[i] = "CRD " + name + " not Established yet"
+			}
+		})
+	}
+	wg.Wait()
+	for _, w := range whys {
+		if w != "" {
+			return w, false
 		}
 	}
 	core := capi.Kinds[config.ProviderCore]

@@ -157,6 +157,11 @@ func (s *ProviderStep) Apply(ctx context.Context, p step.Plan) error {
 // error.
 func (s *ProviderStep) observe(ctx context.Context) (*unstructured.Unstructured, bool, string, error) {
 	u, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// Deleted while waited for (by hand, or by a restore): the wait
+		// goes on, and its deadline says this was the last thing seen.
+		return nil, false, s.P.Ref() + " does not exist", nil
+	}
 	if err != nil {
 		return nil, false, "", fmt.Errorf("read %s: %w", s.P.Ref(), err)
 	}
@@ -186,7 +191,7 @@ func (s *ProviderStep) wait(ctx context.Context) error {
 				step.Progress(ctx, s.P.Ref()+": "+why)
 				last = why
 			}
-			if err != nil || ok || cleared {
+			if err != nil || ok || cleared || u == nil {
 				return ok, err
 			}
 			stale, err := s.staleCache(ctx, u)

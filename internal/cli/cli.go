@@ -442,14 +442,19 @@ func newKubeconfig(g *global, o *Options) *cobra.Command {
 				target = filepath.SplitList(kc)[0]
 			}
 			name := l.Cluster.Metadata.Name
-			if err := kubeconfig.Merge(admin, name, target); err != nil {
+			switched, err := kubeconfig.Merge(admin, name, target)
+			if err != nil {
 				return err
+			}
+			if switched {
+				fmt.Fprintf(o.Out, "merged context %s into %s and made it the current context (%s had none)\n", name, target, target)
+				return nil
 			}
 			fmt.Fprintf(o.Out, "merged context %s into %s (current context unchanged; switch with: kubectl config use-context %s)\n", name, target, name)
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&merge, "merge", false, "merge the context into $KUBECONFIG (or ~/.kube/config) without switching to it")
+	cmd.Flags().BoolVar(&merge, "merge", false, "merge the context into $KUBECONFIG (or ~/.kube/config); switch to it only if that file has no current context")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -66,53 +67,37 @@ func NodeReady(n *corev1.Node) (bool, string) {
 	return false, "no Ready condition (" + strings.Join(parts, ", ") + ")"
 }
 
-// WaitNodeReady watches the node until it is Ready or ctx ends; the error
-// then says what was missing.
+// WaitNodeReady waits (a watch, through Until) until the node is Ready or
+// ctx ends; the error then says what was last seen. A node not registered
+// yet, or deleted and registered again, and an API server that does not
+// answer for a moment (k3s restarting) are waited through.
 func WaitNodeReady(ctx context.Context, cs kubernetes.Interface, name string) error {
-	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
 	last := "the node is not registered yet"
-	for {
-		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err != nil {
-			return waitErr(ctx, name, last, err)
-		}
-		for i := range list.Items {
-			ok, why := NodeReady(&list.Items[i])
-			if ok {
-				return nil
-			}
-			last = why
-		}
-		w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			return waitErr(ctx, name, last, err)
-		}
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			if n, ok := ev.Object.(*corev1.Node); ok {
-				ready, why := NodeReady(n)
-				if ready {
-					w.Stop()
-					return nil
+	err := Until(ctx, []WatchFunc{func(ctx context.Context) (watch.Interface, error) { return cs.CoreV1().Nodes().Watch(ctx, sel) }},
+		func(ctx context.Context) (bool, error) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				last = "the node is not registered yet"
+				return false, nil
+			case err != nil:
+				if ctx.Err() != nil {
+					return false, ctx.Err()
 				}
+				last = "the API server did not answer: " + err.Error()
+				return false, nil
+			}
+			ok, why := NodeReady(n)
+			if !ok {
 				last = why
 			}
-		}
-		w.Stop()
-		if ctx.Err() != nil {
-			return waitErr(ctx, name, last, ctx.Err())
-		}
-		// The watch ended (server timeout): list again and resume.
-	}
-}
-
-func waitErr(ctx context.Context, name, last string, err error) error {
-	if ctx.Err() != nil {
+			return ok, nil
+		})
+	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("node %s not Ready: %s", name, last)
 	}
-	return fmt.Errorf("watch node %s: %w", name, err)
+	return err
 }
 
 // Cluster is the management cluster's API, typed and dynamic, reached

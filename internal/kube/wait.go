@@ -26,11 +26,16 @@ func WatchResource(dc dynamic.Interface, gvr schema.GroupVersionResource, ns str
 }
 
 // Until re-runs check on every event of the watches until it reports done
-// or an error, or ctx ends (then the error is ctx's). The watches are open
-// before the first check, so no change between the two is missed. A watch
-// that cannot open yet (a resource whose CRD a chart is still installing)
-// is retried with a back-off, and each retry re-runs the check.
+// or an error, or ctx ends (then the error is ctx's). What is already true
+// needs no watch: check runs once first, and only if that is not done are
+// the watches opened, and check run again once they are, so no change
+// between the two is missed. A watch that cannot open yet (a resource whose
+// CRD a chart is still installing) is retried with a back-off, and each
+// retry re-runs the check.
 func Until(ctx context.Context, watches []WatchFunc, check func(ctx context.Context) (bool, error)) error {
+	if done, err := check(ctx); err != nil || done {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan struct{}, 1)

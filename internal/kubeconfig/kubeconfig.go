@@ -124,38 +124,43 @@ func (f *File) Apply(ctx context.Context, _ step.Plan) error {
 }
 
 // Merge adds the context, cluster and user named name from the admin
-// kubeconfig into the kubeconfig at target, without switching its
-// current-context. It replaces only its own entries: an entry of that name
-// pointing at another server is a clash, reported, never overwritten.
-func Merge(admin []byte, name, target string) error {
+// kubeconfig into the kubeconfig at target. It switches the current context
+// only when target has none (a new or empty file: without one, kubectl
+// would go to localhost:8080), and says so with switched. It replaces only
+// its own entries: an entry of that name pointing at another server is a
+// clash, reported, never overwritten.
+func Merge(admin []byte, name, target string) (switched bool, err error) {
 	src, err := clientcmd.Load(admin)
 	if err != nil {
-		return fmt.Errorf("parse the admin kubeconfig: %w", err)
+		return false, fmt.Errorf("parse the admin kubeconfig: %w", err)
 	}
 	cl, user, ctx := src.Clusters[name], src.AuthInfos[name], src.Contexts[name]
 	if cl == nil || user == nil || ctx == nil {
-		return fmt.Errorf("the admin kubeconfig has no cluster, user and context named %q", name)
+		return false, fmt.Errorf("the admin kubeconfig has no cluster, user and context named %q", name)
 	}
 	dst := clientcmdapi.NewConfig()
 	if b, err := os.ReadFile(target); err == nil {
 		if dst, err = clientcmd.Load(b); err != nil {
-			return fmt.Errorf("parse %s: %w", target, err)
+			return false, fmt.Errorf("parse %s: %w", target, err)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
+		return false, err
 	}
 	own := dst.Clusters[name] != nil && dst.Clusters[name].Server == cl.Server
 	if !own {
 		for kind, present := range map[string]bool{"cluster": dst.Clusters[name] != nil, "user": dst.AuthInfos[name] != nil, "context": dst.Contexts[name] != nil} {
 			if present {
-				return fmt.Errorf("%s already has a %s named %q that is not this cluster's (server %s); rename it or choose another metadata.name", target, kind, name, cl.Server)
+				return false, fmt.Errorf("%s already has a %s named %q that is not this cluster's (server %s); rename it or choose another metadata.name", target, kind, name, cl.Server)
 			}
 		}
 	}
 	dst.Clusters[name], dst.AuthInfos[name], dst.Contexts[name] = cl, user, ctx
+	if dst.CurrentContext == "" {
+		dst.CurrentContext, switched = name, true
+	}
 	b, err := clientcmd.Write(*dst)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return localfile.Write(target, b)
+	return switched, localfile.Write(target, b)
 }

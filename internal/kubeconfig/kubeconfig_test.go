@@ -74,8 +74,8 @@ contexts:
 `
 	os.WriteFile(target, []byte(foreign), 0o600)
 	for i := 0; i < 2; i++ { // idempotent
-		if err := Merge(admin, "lab-mgmt", target); err != nil {
-			t.Fatal(err)
+		if switched, err := Merge(admin, "lab-mgmt", target); err != nil || switched {
+			t.Fatalf("merge into a config with a current context: switched=%v err=%v", switched, err)
 		}
 	}
 	b, _ := os.ReadFile(target)
@@ -88,10 +88,47 @@ contexts:
 	// A foreign entry with our name is a clash, and the file is untouched.
 	clash := strings.ReplaceAll(foreign, "prod", "lab-mgmt")
 	os.WriteFile(target, []byte(clash), 0o600)
-	if err := Merge(admin, "lab-mgmt", target); err == nil || !strings.Contains(err.Error(), "is not this cluster's") {
+	if _, err := Merge(admin, "lab-mgmt", target); err == nil || !strings.Contains(err.Error(), "is not this cluster's") {
 		t.Fatalf("clash: %v", err)
 	}
 	if b, _ := os.ReadFile(target); string(b) != clash {
 		t.Error("clashing file was changed")
+	}
+}
+
+// Without a current context, kubectl would go to localhost:8080: the merged
+// context becomes the current one, and Merge says so.
+func TestMergeSetsAMissingCurrentContext(t *testing.T) {
+	admin, err := Admin([]byte(k3sYAML), "lab-mgmt", "https://192.0.2.50:6443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, existing string // "" with absent: no file at all
+		absent         bool
+	}{
+		{name: "no file", absent: true},
+		{name: "empty file", existing: ""},
+		{name: "entries but no current context", existing: "apiVersion: v1\nkind: Config\nclusters:\n- name: other\n  cluster: {server: \"https://other.example:6443\"}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := filepath.Join(t.TempDir(), ".kube", "config")
+			if !tc.absent {
+				os.MkdirAll(filepath.Dir(target), 0o700)
+				os.WriteFile(target, []byte(tc.existing), 0o600)
+			}
+			switched, err := Merge(admin, "lab-mgmt", target)
+			if err != nil || !switched {
+				t.Fatalf("switched=%v err=%v", switched, err)
+			}
+			b, _ := os.ReadFile(target)
+			if !strings.Contains(string(b), "current-context: lab-mgmt") {
+				t.Errorf("no current context:\n%s", b)
+			}
+			// A second merge finds its own context current: nothing to switch.
+			if switched, err := Merge(admin, "lab-mgmt", target); err != nil || switched {
+				t.Errorf("second merge: switched=%v err=%v", switched, err)
+			}
+		})
 	}
 }

@@ -14,8 +14,11 @@ import (
 
 // Batch runs read-only commands in one round trip and returns each one's
 // result, so gathering a host's facts costs one session, not one per fact.
-// Each command's stdout and exit code are framed by a random marker that
-// its output cannot forge; stderr is kept per command too.
+// The commands run at the same time (they only read), so a batch takes as
+// long as its slowest command, not their sum: `qm` and `k3s --version`
+// each take a few hundred milliseconds to start. Each command's stdout and
+// exit code are framed by a random marker that its output cannot forge;
+// stderr is kept per command too.
 func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, error) {
 	var raw [8]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -23,6 +26,10 @@ func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, err
 	}
 	marker := "mgmtctl-" + hex.EncodeToString(raw[:])
 	var script strings.Builder
+	// Each command writes its stdout, stderr and exit code to files of its
+	// own; once all have ended they are printed in order, stderr after its
+	// own marker so the streams stay attributable without interleaving.
+	script.WriteString("d=$(mktemp -d) || exit 70\n")
 	for i, c := range cmds {
 		if !c.ReadOnly {
 			return nil, fmt.Errorf("batch: %s is not read-only", c.String())
@@ -34,10 +41,13 @@ func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, err
 		if err != nil {
 			return nil, fmt.Errorf("batch: %w", err)
 		}
-		// Each command's stderr goes to stdout after its own marker so the
-		// two streams stay attributable without interleaving.
-		fmt.Fprintf(&script, "e=$(mktemp); { %s; } </dev/null 2>\"$e\"; c=$?; printf '\\n%s %d %%d\\n' \"$c\"; cat -- \"$e\"; rm -f -- \"$e\"; printf '\\n%s-err %d\\n'\n", line, marker, i, marker, i)
+		fmt.Fprintf(&script, "( { %s; } </dev/null >\"$d/%d\" 2>\"$d/%d.err\"; echo $? >\"$d/%d.rc\" ) &\n", line, i, i, i)
 	}
+	script.WriteString("wait\n")
+	for i := range cmds {
+		fmt.Fprintf(&script, "cat -- \"$d/%d\"; printf '\\n%s %d %%s\\n' \"$(cat -- \"$d/%d.rc\")\"; cat -- \"$d/%d.err\"; printf '\\n%s-err %d\\n'\n", i, marker, i, i, i, marker, i)
+	}
+	script.WriteString("rm -rf -- \"$d\"\n")
 	res, err := r.Run(ctx, Cmd{Args: []string{"sh", "-c", script.String()}, Sudo: sudo, ReadOnly: true})
 	if err != nil {
 		return nil, err

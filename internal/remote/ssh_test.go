@@ -216,6 +216,25 @@ func TestBatch(t *testing.T) {
 	}
 }
 
+// TestBatchRunsConcurrently: the commands of a batch run at the same time,
+// so the first can see what the second does; run one after the other, the
+// first would give up after its bound.
+func TestBatchRunsConcurrently(t *testing.T) {
+	s := sshtest.Start(t)
+	c := connect(t, s)
+	flag := filepath.Join(t.TempDir(), "second-ran")
+	res, err := remote.Batch(context.Background(), c, false,
+		remote.Query("timeout", "20", "sh", "-c", `until [ -e "$1" ]; do sleep 0.01; done; echo saw the second`, "sh", flag),
+		remote.Query("sh", "-c", `: > "$1"; echo second`, "sh", flag),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res[0].Stdout) != "saw the second\n" || res[0].ExitCode != 0 || string(res[1].Stdout) != "second\n" {
+		t.Errorf("results: {%q %d} {%q %d}", res[0].Stdout, res[0].ExitCode, res[1].Stdout, res[1].ExitCode)
+	}
+}
+
 func TestUnknownHostKey(t *testing.T) {
 	s := sshtest.Start(t)
 	tg := target(s)

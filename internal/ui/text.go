@@ -4,6 +4,7 @@
 package ui
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -20,9 +21,12 @@ import (
 type TextOptions struct {
 	Diff    bool // print unified diffs of changed files and manifests
 	Verbose bool // print ok steps' notes and progress lines
-	// Terminal enables the live spinner: the output is a TTY.
-	Terminal bool
-	Redactor *redact.Redactor
+	// Terminal enables the live spinner: the output is a TTY. Otherwise a
+	// running step gets a line saying it still runs every Heartbeat (zero:
+	// DefaultHeartbeat).
+	Terminal  bool
+	Heartbeat time.Duration
+	Redactor  *redact.Redactor
 	// LogPath is printed when a run fails, so the user finds the details.
 	LogPath string
 }
@@ -34,6 +38,7 @@ type Text struct {
 	w       io.Writer
 	o       TextOptions
 	spin    *spinner
+	beat    *heartbeat
 	failure *engine.Event
 }
 
@@ -60,17 +65,26 @@ func (t *Text) Event(e engine.Event) {
 	case engine.StepStart:
 		if t.o.Terminal {
 			t.spin = startSpinner(t.w, &t.mu, e.Phase, e.Step, e.Time)
+		} else {
+			t.beat = startHeartbeat(t.w, &t.mu, e.Phase, e.Step, e.Time, cmp.Or(t.o.Heartbeat, DefaultHeartbeat))
 		}
 	case engine.StepProgress:
 		if t.spin != nil {
 			t.spin.message(e.Message)
-		} else {
-			t.printf("  ... %s/%s: %s\n", e.Phase, e.Step, e.Message)
+			break
+		}
+		t.printf("  ... %s/%s: %s\n", e.Phase, e.Step, e.Message)
+		if t.beat != nil {
+			t.beat.message(e.Message)
 		}
 	case engine.StepEnd:
 		if t.spin != nil {
 			t.spin.stop()
 			t.spin = nil
+		}
+		if t.beat != nil {
+			t.beat.stop()
+			t.beat = nil
 		}
 		t.stepEnd(e)
 	case engine.RunEnd:

@@ -222,3 +222,55 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestHeartbeat: without a terminal, a step that runs long gets a line
+// with its elapsed time and its last progress message, and none once it
+// has ended.
+func TestHeartbeat(t *testing.T) {
+	w := steptest.NewWorld()
+	release := make(chan struct{})
+	ps := []step.Phase{{Tag: step.TagAddons, Steps: []step.Step{
+		&steptest.Action{StepID: "chart-ready", HostName: "vm", W: w, Progress: []string{"Job helm-install-x running helm"}, Block: release},
+	}}}
+	out := &notifyBuffer{wrote: make(chan struct{}, 1)}
+	done := make(chan error)
+	go func() {
+		_, err := engine.Run(context.Background(), ps, engine.Options{}, NewText(out, TextOptions{Heartbeat: 20 * time.Millisecond}))
+		done <- err
+	}()
+	want := "  ... addons/chart-ready: still running ("
+	deadline := time.After(10 * time.Second)
+	for strings.Count(out.String(), want) < 2 {
+		select {
+		case <-deadline:
+			t.Fatalf("no heartbeat:\n%s", out.String())
+		case <-out.wrote:
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !strings.Contains(s, "  ... addons/chart-ready: Job helm-install-x running helm\n") || !strings.Contains(s, "), last: Job helm-install-x running helm\n") {
+		t.Errorf("heartbeat lines lack the progress message:\n%s", s)
+	}
+	if _, after, _ := strings.Cut(s, "changed: [vm] addons/chart-ready"); strings.Contains(after, "still running") {
+		t.Errorf("heartbeat after the step ended:\n%s", s)
+	}
+}
+
+// notifyBuffer is a syncBuffer that signals each write.
+type notifyBuffer struct {
+	syncBuffer
+	wrote chan struct{}
+}
+
+func (b *notifyBuffer) Write(p []byte) (int, error) {
+	n, err := b.syncBuffer.Write(p)
+	select {
+	case b.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
+}

@@ -76,10 +76,18 @@ func TestFullRun(t *testing.T) {
 	if got := recap(t, r); !strings.Contains(got, "changed=0") {
 		t.Errorf("second run: %s\n%s", got, r.Stdout)
 	}
+	logins := func() (pve, vm int) {
+		return e.sshLogins("pve"), e.sshLogins("vm110")
+	}
+	pve0, vm0 := logins()
 	r = e.apply("-o", "json", "--detailed-exitcode")
 	mustSucceed(t, r, "third apply (json)")
 	if m := lastJSON(t, r.Stdout); m["event"] != "recap" || m["changed"] != 0.0 || m["failed"] != 0.0 {
 		t.Errorf("json recap: %v", m)
+	}
+	// A converged run opens exactly one SSH connection per host.
+	if pve1, vm1 := logins(); pve1-pve0 != 1 || vm1-vm0 != 1 {
+		t.Errorf("SSH logins in a converged run: node %d, VM %d; want 1 each", pve1-pve0, vm1-vm0)
 	}
 
 	// What a user checks with kubectl from the laptop.

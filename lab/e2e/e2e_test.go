@@ -163,3 +163,14 @@ func (e *env) killWhen(tags, path, what string) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	cmd.Wait()
 }
+
+// sshLogins counts the logins the host's sshd has accepted so far, from
+// its own log.
+func (e *env) sshLogins(host string) int {
+	e.t.Helper()
+	b, err := os.ReadFile(e.HostLog(host))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Count(string(b), "Accepted publickey for ")
+}

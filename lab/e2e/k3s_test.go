@@ -153,13 +153,28 @@ func TestKubeconfigAndInspector(t *testing.T) {
 			}
 		}
 	}
-	// Merge into ~/.kube/config without switching to it.
-	if r := e.mgmtctl("kubeconfig", "--merge"); r.Code != 0 {
+	// Merge into a ~/.kube/config that does not exist yet: with no
+	// current context there, the merged one becomes current, so a plain
+	// kubectl works. Into one that has a current context: no switch.
+	r = e.mgmtctl("kubeconfig", "--merge")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "made it the current context") {
 		t.Fatalf("merge: %+v", r)
 	}
+	if r := e.Run("", labtest.Kubectl(t), "get", "nodes", "-o", "name"); r.Stdout != "node/lab-mgmt\n" {
+		t.Errorf("plain kubectl after merging into an empty ~/.kube/config: %+v", r)
+	}
 	home := filepath.Join(e.LaptopHome(), ".kube/config")
-	if r := kubectl(home, "--context", "lab-mgmt", "get", "nodes", "-o", "name"); r.Stdout != "node/lab-mgmt\n" {
-		t.Errorf("merged context: %+v", r)
+	if r := kubectl(home, "config", "set-context", "elsewhere"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := kubectl(home, "config", "use-context", "elsewhere"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := e.mgmtctl("kubeconfig", "--merge"); r.Code != 0 || !strings.Contains(r.Stdout, "current context unchanged") {
+		t.Fatalf("second merge: %+v", r)
+	}
+	if r := kubectl(home, "config", "current-context"); r.Stdout != "elsewhere\n" {
+		t.Errorf("merge switched an existing current context: %+v", r)
 	}
 	before, _ := os.ReadFile(ro)
 	r = e.apply("--tags", tags)

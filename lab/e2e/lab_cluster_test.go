@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
 
 // kubectlApply applies a manifest with the admin kubeconfig.
@@ -21,19 +23,28 @@ func (e *env) kubectlApply(name, manifest string) {
 	}
 }
 
-// waitJSONPath blocks (kubectl wait watches) until obj's jsonpath has the
-// value, and fails the test with the object's state if it never does.
+// waitJSONPath blocks until obj's jsonpath has the value, and fails the
+// test with what it last saw if that does not happen within 90 s. obj is
+// "kind/name" or "kind -l selector"; with a selector, any one matching
+// object will do.
 func (e *env) waitJSONPath(obj, ns, path, value string) {
 	e.t.Helper()
-	// --for=create first: the object may not exist yet.
-	args := append([]string{"wait"}, strings.Fields(obj)...)
-	args = append(args, "--for=create", "--for=jsonpath="+path+"="+value, "--timeout=90s")
+	kind, name, _ := strings.Cut(obj, "/")
+	args := strings.Fields(kind)
+	if name != "" {
+		args = append(args, "--field-selector", "metadata.name="+name)
+	}
 	if ns != "" {
 		args = append(args, "-n", ns)
 	}
-	if r := e.adminKubectl(args...); r.Code != 0 {
+	kc := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
+	argv, err := e.ExecArgv("", append([]string{labtest.Kubectl(e.t), "--kubeconfig", kc, "get"}, args...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := watchJSONPath(argv, path, value, 90*time.Second); err != nil {
 		state := e.adminKubectl(append(append([]string{"get"}, strings.Fields(obj)...), "-n", ns, "-o", "yaml")...)
-		e.t.Fatalf("%s %s never had %s=%s: %s\n%s", ns, obj, path, value, r.Stderr, state.Stdout)
+		e.t.Fatalf("%s %s: %v\n%s", ns, obj, err, state.Stdout)
 	}
 }
 

@@ -61,7 +61,8 @@ func TestStatus(t *testing.T) {
 	if code != 0 || !rep.Healthy || len(rep.Checks) != 18 {
 		t.Fatalf("converged: exit %d\n%s", code, out)
 	}
-	if r := e.mgmtctl("status"); r.Code != 0 || !strings.Contains(r.Stdout, "healthy: 18 checks ok, and as configured") {
+	// The server's version is the pinned k3s release, as real k3s reports.
+	if r := e.mgmtctl("status"); r.Code != 0 || !strings.Contains(r.Stdout, "healthy: 18 checks ok, and as configured") || !strings.Contains(r.Stdout, "(Kubernetes v1.35.7+k3s1)") {
 		t.Errorf("text: %+v", r)
 	}
 	if after := e.clusterState(); after != before {
@@ -97,6 +98,10 @@ func TestStatus(t *testing.T) {
 	r := e.apply("--tags", "capi", "--wait-timeout", "15s")
 	if r.Code != 1 {
 		t.Fatalf("never-ready provider: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	// Without a terminal, the 15 s wait says every 10 s that it goes on.
+	if !strings.Contains(r.Stdout, "  ... capi/provider-infrastructure: still running (1") {
+		t.Errorf("no progress line during the wait:\n%s", r.Stdout)
 	}
 	for _, want := range []string{"InfrastructureProvider capmox-system/proxmox not Ready at v0.9.0 after 15s", "conditions:",
 		"Ready=False MinimumReplicasUnavailable", "operator Deployment capi-operator-system/cluster-api-operator: 1/1 available"} {

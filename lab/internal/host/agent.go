@@ -281,6 +281,12 @@ func firstBootSetup(spec *Spec) error {
 		home := "/home/" + u.Name
 		if u.Name == "root" {
 			home = "/root"
+			// A fresh install's root: Debian's own dotfiles, not the lab
+			// machine's (whose .bashrc, read by bash for every SSH
+			// command, may start a language manager in 150 ms).
+			if err := writeRootDotfiles(); err != nil {
+				return err
+			}
 		} else {
 			args := []string{"-m", "-s", "/bin/bash", u.Name}
 			if err := run("useradd", args...); err != nil {
@@ -384,4 +390,44 @@ func cloudInit(spec *Spec) {
 	<-time.After(spec.CloudInitDelay)
 	write("result.json", map[string]any{"v1": map[string]any{"datasource": "DataSourceNoCloud", "errors": []string{}}})
 	write("status.json", map[string]any{"v1": map[string]any{"stage": nil, "datasource": "DataSourceNoCloud"}})
+}
+
+// Debian's /root/.bashrc and /root/.profile as its installer leaves them.
+const (
+	debianRootBashrc = `# ~/.bashrc: executed by bash(1) for non-login shells.
+
+# Note: PS1 and umask are already set in /etc/profile. You should not
+# need this unless you want different defaults for root.
+# PS1='${debian_chroot:+($debian_chroot)}\h:\w\$ '
+# umask 022
+
+# You may uncomment the following lines if you want ` + "`ls'" + ` to be colorized:
+# export LS_OPTIONS='--color=auto'
+# eval "$(dircolors)"
+# alias ls='ls $LS_OPTIONS'
+# alias ll='ls $LS_OPTIONS -l'
+# alias l='ls $LS_OPTIONS -lA'
+#
+# Some more alias to avoid making mistakes:
+# alias rm='rm -i'
+# alias cp='cp -i'
+# alias mv='mv -i'
+`
+	debianRootProfile = `# ~/.profile: executed by Bourne-compatible login shells.
+
+if [ "$BASH" ]; then
+  if [ -f ~/.bashrc ]; then
+    . ~/.bashrc
+  fi
+fi
+
+mesg n 2> /dev/null || true
+`
+)
+
+func writeRootDotfiles() error {
+	if err := os.WriteFile("/root/.bashrc", []byte(debianRootBashrc), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile("/root/.profile", []byte(debianRootProfile), 0o644)
 }

@@ -212,6 +212,7 @@ func Server(args []string, log io.Writer) error {
 		// reaches webhook Services through their EndpointSlices.
 		"--enable-aggregator-routing=true",
 	}
+	apiArgs = append(apiArgs, reportReleaseVersion(Version())...)
 	apiDone := make(chan int, 1)
 	go func() {
 		cmd := app.NewAPIServerCommand()

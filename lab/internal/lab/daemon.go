@@ -104,12 +104,12 @@ func RunDaemon(l *Lab, ready *os.File) error {
 // startAgent runs the host agent in the host's namespaces and waits for
 // its READY line.
 func (d *daemon) startAgent(name, specPath, ns string) error {
-	logf, err := os.OpenFile(d.l.path("hosts", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(d.l.HostLog(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		if err := os.MkdirAll(d.l.path("hosts"), 0o755); err != nil {
 			return err
 		}
-		if logf, err = os.OpenFile(d.l.path("hosts", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		if logf, err = os.OpenFile(d.l.HostLog(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 			return err
 		}
 	}
@@ -127,7 +127,7 @@ func (d *daemon) startAgent(name, specPath, ns string) error {
 	if strings.TrimSpace(line) != "READY" {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		b, _ := os.ReadFile(d.l.path("hosts", name+".log"))
+		b, _ := os.ReadFile(d.l.HostLog(name))
 		return fmt.Errorf("host %s did not come up: %s", name, tail(string(b)))
 	}
 	d.mu.Lock()

@@ -62,8 +62,11 @@ func (l *Lab) ControlSocket() string { return l.path("control.sock") }
 func (l *Lab) Binary() string        { return l.path("bin", "labsim") }
 
 // K3sBinary is the k3s simulator the mirror releases.
-func (l *Lab) K3sBinary() string            { return l.path("bin", "k3s") }
-func (l *Lab) HostDisk(name string) string  { return l.path("hosts", name) }
+func (l *Lab) K3sBinary() string           { return l.path("bin", "k3s") }
+func (l *Lab) HostDisk(name string) string { return l.path("hosts", name) }
+
+// HostLog is where a host's agent and its sshd log ("pve", "vm110").
+func (l *Lab) HostLog(name string) string   { return l.path("hosts", name+".log") }
 func (l *Lab) VMDisk(vmid int) string       { return l.path("vms", fmt.Sprint(vmid)) }
 func (l *Lab) FaultPath(name string) string { return l.path("faults", name) }
 

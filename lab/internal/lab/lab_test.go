@@ -1,6 +1,7 @@
 package lab_test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -266,6 +267,11 @@ func TestK3s(t *testing.T) {
 	if r.Stdout != "lab-mgmt True v1.35.7+k3s1" {
 		t.Errorf("node: %+v", r)
 	}
+	// The API server reports the release it was installed as (upstream-facts
+	// 2.2), not the Kubernetes it was built from.
+	if got := serverVersion(t, l, kc); got != "v1.35.7+k3s1 1.35" {
+		t.Errorf("server version: %s", got)
+	}
 	if r := l.Run("", kubectl, "--kubeconfig", kc, "get", "crd", "helmcharts.helm.cattle.io", "-o", "name"); r.Code != 0 {
 		t.Errorf("helm-controller CRDs: %+v", r)
 	}
@@ -289,6 +295,9 @@ func TestK3s(t *testing.T) {
 	r = l.Run("", kubectl, "--kubeconfig", kc, "get", "nodes", "-o", "jsonpath={.items[0].status.nodeInfo.kubeletVersion}")
 	if r.Stdout != "v1.36.3+k3s1" {
 		t.Errorf("after upgrade: %+v", r)
+	}
+	if got := serverVersion(t, l, kc); got != "v1.36.3+k3s1 1.36" {
+		t.Errorf("server version after upgrade: %s", got)
 	}
 	log, _ := os.ReadFile(filepath.Join(l.VMDisk(110), "upper/var/lib/labsim/units/k3s.service.log"))
 	if strings.Count(string(log), " restart") != 1 || strings.Count(string(log), " start") != 2 {
@@ -315,4 +324,18 @@ func TestK3s(t *testing.T) {
 	if !strings.HasPrefix(r.Stdout, "/var/lib/rancher/k3s/server/manifests/demo.yaml ") || len(strings.Fields(r.Stdout)) != 2 || len(strings.Fields(r.Stdout)[1]) != 64 {
 		t.Errorf("addon: %+v", r)
 	}
+}
+
+// serverVersion is what `kubectl version` says of the server: gitVersion
+// and major.minor.
+func serverVersion(t *testing.T, l *labtest.Lab, kubeconfig string) string {
+	t.Helper()
+	r := l.Run("", labtest.Kubectl(t), "--kubeconfig", kubeconfig, "version", "-o", "json")
+	var v struct {
+		Server struct{ GitVersion, Major, Minor string } `json:"serverVersion"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &v); err != nil {
+		t.Fatalf("kubectl version: %v: %+v", err, r)
+	}
+	return v.Server.GitVersion + " " + v.Server.Major + "." + v.Server.Minor
 }
