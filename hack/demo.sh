@@ -33,9 +33,7 @@ The lab is still up in $dir:
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt.kubeconfig \\
       get coreproviders,bootstrapproviders,controlplaneproviders,infrastructureproviders,ipamproviders -A
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt-ro.kubeconfig auth can-i get secrets
-  $bin/labsim exec --dir $dir -- ssh -i $dir/laptop/home/.ssh/id_ed25519 \\
-      -o UserKnownHostsFile=$dir/laptop/home/.ssh/known_hosts root@192.0.2.10 qm config 110
-  $bin/labsim exec --dir $dir -- ssh -i $dir/laptop/home/.ssh/id_ed25519 \\
-      -o UserKnownHostsFile=$dir/laptop/home/.config/mgmtctl/known_hosts ubuntu@192.0.2.50
+  $bin/labsim exec --dir $dir -- ssh root@192.0.2.10 qm config 110
+  $bin/labsim exec --dir $dir -- ssh -o UserKnownHostsFile=$dir/laptop/home/.config/mgmtctl/known_hosts ubuntu@192.0.2.50
 Tear it down with: $bin/labsim down --dir $dir
 MSG

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,13 +22,29 @@ func (l *Lab) ExecArgv(hostName string, argv []string) ([]string, error) {
 	}
 	if hostName == "" || hostName == "laptop" {
 		env := []string{"env", "HOME=" + l.LaptopHome(), "USER=" + userName(), "SSH_AUTH_SOCK=", "SSL_CERT_FILE=" + l.CABundle()}
-		return append(append([]string{"ip", "netns", "exec", l.Net.NS("laptop")}, env...), argv...), nil
+		// OpenSSH takes ~/.ssh from the passwd entry, not $HOME: in a
+		// mount namespace of its own, the laptop home's .ssh is bound over
+		// the user's, so a plain `ssh` uses the laptop's key and
+		// known_hosts. Nothing of it is seen outside that namespace.
+		bind := []string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mkdir -p -m 700 "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"`, "sh",
+			filepath.Join(passwdHome(), ".ssh"), filepath.Join(l.LaptopHome(), ".ssh")}
+		return append(append(append([]string{"ip", "netns", "exec", l.Net.NS("laptop")}, bind...), env...), argv...), nil
 	}
 	pid, err := l.agentPid(hostName)
 	if err != nil {
 		return nil, err
 	}
 	return append([]string{"nsenter", "-t", strconv.Itoa(pid), "-m", "-u", "-n", "--"}, argv...), nil
+}
+
+// passwdHome is the running user's home as the passwd database has it,
+// which is where OpenSSH looks.
+func passwdHome() string {
+	if u, err := user.Current(); err == nil && u.HomeDir != "" {
+		return u.HomeDir
+	}
+	return "/root"
 }
 
 func userName() string {

@@ -30,6 +30,12 @@ func TestPlainSSHToProxmox(t *testing.T) {
 	if r.Code != 2 || r.Stdout != "pve\n" || r.Stderr != "Configuration file 'nodes/pve/qemu-server/110.conf' does not exist\n" {
 		t.Fatalf("got %+v", r)
 	}
+	// A plain ssh in the laptop namespace, as docs/lab.md promises: OpenSSH
+	// takes ~/.ssh from the passwd entry, where the laptop's key and
+	// known_hosts are bound. The root's dotfiles are Debian's own.
+	if r := l.Run("", "ssh", "-o", "BatchMode=yes", "root@"+lab.PVEAddr, "qm list; head -1 ~/.bashrc"); r.Code != 0 || r.Stdout != "# ~/.bashrc: executed by bash(1) for non-login shells.\n" {
+		t.Errorf("plain ssh root@%s: %+v", lab.PVEAddr, r)
+	}
 	// The node has no route out: only the lab's addresses answer.
 	if r := l.PVE("ip route"); !strings.Contains(r.Stdout, "default via 192.0.2.1") || strings.Count(r.Stdout, "\n") != 2 {
 		t.Errorf("routes: %q", r.Stdout)

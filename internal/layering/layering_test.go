@@ -1,0 +1,110 @@
+package layering
+
+import (
+	"go/build"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/mgmtctl/mgmtctl/"
+
+// domain are the phases' packages: each knows the vocabulary below it and
+// none of the others (addons reads capi's names of the operator's API).
+var domain = []string{"proxmox", "k3s", "addons", "capi", "kubeconfig", "inspector"}
+
+var below = []string{"step", "remote", "kube", "config", "shell", "localfile"}
+
+// allowed is, for every package of the tool, the packages of the tool it
+// may import (not counting tests). A package missing here fails the test:
+// a new package takes a place in the layering when it is written.
+var allowed = map[string][]string{
+	"cmd/mgmtctl": {"cli"},
+	"cli":         {"phase", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig"},
+	"phase":       append(append([]string{"health"}, domain...), below...),
+	"proxmox":     below,
+	"k3s":         below,
+	"addons":      append([]string{"capi"}, below...),
+	"capi":        below,
+	"kubeconfig":  below,
+	"inspector":   below,
+	"health":      {"step"},
+	"engine":      {"step"},
+	"ui":          {"engine", "step", "diff", "redact"},
+	"runlog":      {"engine", "redact"},
+	"remote":      {"shell", "redact", "localfile"},
+	"step":        nil,
+	"config":      nil,
+	"kube":        nil,
+	"shell":       nil,
+	"redact":      nil,
+	"diff":        nil,
+	"localfile":   nil,
+	"layering":    nil,
+	// Test helpers.
+	"steptest":       {"step"},
+	"remote/sshtest": nil,
+}
+
+// TestImportsPointOneWay reads every package's imports from its source
+// (build tags of this platform) and fails on one the layering forbids.
+func TestImportsPointOneWay(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		// The lab is its own module; testdata and dot-dirs hold no packages.
+		if rel == "lab" || d.Name() == "testdata" || (strings.HasPrefix(d.Name(), ".") && rel != ".") {
+			return filepath.SkipDir
+		}
+		pkg, err := build.ImportDir(p, 0)
+		if err != nil {
+			if _, ok := err.(*build.NoGoError); ok {
+				return nil
+			}
+			return err
+		}
+		name := strings.TrimPrefix(rel, "internal/")
+		may, known := allowed[name]
+		if !known {
+			t.Errorf("package %s has no place in the layering: add it to allowed (and to ARCHITECTURE.md)", rel)
+			return nil
+		}
+		seen[name] = true
+		for _, imp := range pkg.Imports {
+			if strings.HasPrefix(imp, module+"lab") {
+				t.Errorf("%s imports the lab (%s): the tool never imports its simulator", rel, imp)
+				continue
+			}
+			own, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			own = strings.TrimPrefix(own, "internal/")
+			if !slices.Contains(may, own) {
+				t.Errorf("%s imports %s, against the layering in ARCHITECTURE.md (it may import: %s)", rel, own, strings.Join(may, ", "))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range allowed {
+		if !seen[name] {
+			t.Errorf("allowed lists %s, which is no package any more", name)
+		}
+	}
+}
