@@ -2,9 +2,7 @@ package k3s
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/kube"
@@ -16,7 +14,12 @@ const NodeReadyTimeout = 5 * time.Minute
 
 // NodeReady waits, over the Kubernetes API through the SSH connection, until
 // the node reports Ready.
-type NodeReady struct{ V *VM }
+type NodeReady struct {
+	V *VM
+	// API is the run's one way to the cluster; it returns a nil cluster
+	// in check mode while k3s has not written its kubeconfig yet.
+	API func(ctx context.Context) (*kube.Cluster, error)
+}
 
 var _ step.Step = (*NodeReady)(nil)
 
@@ -44,17 +47,14 @@ func (s *NodeReady) Check(ctx context.Context) (step.Plan, error) {
 		}
 		return step.Plan{Note: "node " + s.V.Name() + " is Ready after the install"}, nil
 	}
-	kc, err := s.V.ro().ReadFile(ctx, KubeconfigPath, true)
-	if errors.Is(err, fs.ErrNotExist) {
+	cl, err := s.API(ctx)
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if cl == nil {
 		return s.plan("k3s has not written its kubeconfig yet"), nil
 	}
-	if err != nil {
-		return step.Plan{}, err
-	}
-	cs, err := kube.NewClient(kc, s.V.Host.DialContext)
-	if err != nil {
-		return step.Plan{}, err
-	}
+	cs := cl.Typed
 	n, err := cs.CoreV1().Nodes().Get(ctx, s.V.Name(), metav1GetOptions)
 	if err != nil {
 		return s.plan(err.Error()), nil
@@ -71,14 +71,13 @@ func (s *NodeReady) Apply(ctx context.Context, p step.Plan) error {
 	defer cancel()
 	step.Progress(ctx, "waiting for node "+s.V.Name()+" to be Ready")
 	// k3s writes k3s.yaml once its apiserver answers; the installer has
-	// already waited for that (Type=notify), so one read normally does.
-	kc, err := s.V.ro().ReadFile(ctx, KubeconfigPath, true)
+	// already waited for that (Type=notify).
+	cl, err := s.API(ctx)
 	if err != nil {
-		return fmt.Errorf("read %s on %s: %w", KubeconfigPath, s.V.Name(), err)
+		return fmt.Errorf("reach the API of k3s on %s: %w", s.V.Name(), err)
 	}
-	cs, err := kube.NewClient(kc, s.V.Host.DialContext)
-	if err != nil {
-		return err
+	if cl == nil {
+		return fmt.Errorf("%s does not exist on %s", KubeconfigPath, s.V.Name())
 	}
-	return kube.WaitNodeReady(ctx, cs, s.V.Name())
+	return kube.WaitNodeReady(ctx, cl.Typed, s.V.Name())
 }

@@ -6,9 +6,13 @@
 package kube
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -37,15 +41,6 @@ func restConfig(kubeconfig []byte, d Dialer, timeout time.Duration) (*rest.Confi
 	rc.UserAgent = "mgmtctl"
 	rc.Timeout = timeout
 	return rc, nil
-}
-
-// NewClient builds a clientset from k3s.yaml's bytes, dialling through d.
-func NewClient(kubeconfig []byte, d Dialer) (kubernetes.Interface, error) {
-	rc, err := restConfig(kubeconfig, d, 30*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(rc)
 }
 
 // NodeReady reports whether the node's Ready condition is True, and a
@@ -107,8 +102,11 @@ type Cluster struct {
 	Dynamic dynamic.Interface
 }
 
-// NewCluster builds both clients from k3s.yaml's bytes, dialling through d.
-func NewCluster(kubeconfig []byte, d Dialer) (*Cluster, error) {
+// NewCluster builds both clients from k3s.yaml's bytes, dialling through
+// d. With dryRun, every write either client makes is a server-side dry run
+// (see DryRunTransport): the cluster of a check run or of `status`, where a
+// step that forgot its guard must not change anything.
+func NewCluster(kubeconfig []byte, d Dialer, dryRun bool) (*Cluster, error) {
 	// A bound on every request, so a connection that went silent fails
 	// instead of hanging; a watch cut by it is re-opened by Until.
 	rc, err := restConfig(kubeconfig, d, time.Minute)
@@ -116,6 +114,12 @@ func NewCluster(kubeconfig []byte, d Dialer) (*Cluster, error) {
 		return nil, err
 	}
 	rc.QPS, rc.Burst = 50, 100
+	if dryRun {
+		// JSON bodies, so the transport can set dryRun in a DELETE's
+		// options (the typed client would send them as protobuf).
+		rc.ContentType = "application/json"
+		rc.Wrap(DryRunTransport)
+	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
@@ -125,4 +129,49 @@ func NewCluster(kubeconfig []byte, d Dialer) (*Cluster, error) {
 		return nil, err
 	}
 	return &Cluster{Typed: cs, Dynamic: dc}, nil
+}
+
+// DryRunTransport makes every write that passes through rt a server-side
+// dry run, so the API server runs admission, validation and webhooks and
+// answers as it would, but persists nothing (controller-runtime's dry-run
+// client, at the transport, so the typed and the dynamic client are both
+// covered). POST, PUT and PATCH get dryRun=All in the query. A DELETE's
+// options travel in its body, which the server then reads instead of the
+// query, so dryRun is set there too; a body that is not JSON is refused
+// rather than sent. Reads pass as they are.
+func DryRunTransport(rt http.RoundTripper) http.RoundTripper { return dryRun{rt} }
+
+type dryRun struct{ next http.RoundTripper }
+
+func (d dryRun) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	default:
+		return d.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	q := r.URL.Query()
+	q.Set("dryRun", metav1.DryRunAll)
+	r.URL.RawQuery = q.Encode()
+	if r.Method == http.MethodDelete && r.Body != nil && r.Body != http.NoBody {
+		b, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(b)) > 0 {
+			opts := map[string]any{}
+			if err := json.Unmarshal(b, &opts); err != nil {
+				return nil, fmt.Errorf("dry run: cannot set dryRun in the options of DELETE %s: %w", r.URL.Path, err)
+			}
+			opts["dryRun"] = []string{metav1.DryRunAll}
+			if b, err = json.Marshal(opts); err != nil {
+				return nil, err
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	return d.next.RoundTrip(r)
 }

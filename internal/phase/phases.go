@@ -26,7 +26,7 @@ func Build(s *Session) []step.Phase {
 	access := &clusterAccess{s: s}
 	return []step.Phase{
 		vmPhase(s),
-		k3sPhase(s),
+		k3sPhase(s, access),
 		addonsPhase(s, access),
 		capiPhase(s, access),
 		kubeconfigPhase(s, access),
@@ -59,10 +59,10 @@ func vmPhase(s *Session) step.Phase {
 	}
 }
 
-func k3sPhase(s *Session) step.Phase {
+func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 	c := &s.Config.Cluster
 	v := &k3s.VM{Cluster: c}
-	ready := &k3s.NodeReady{V: v}
+	ready := &k3s.NodeReady{V: v, API: a.api}
 	check := &k3s.HostKeyCheck{Name: c.Spec.Proxmox.Node, VMID: c.Spec.VM.ID, Pinned: s.VMHostKey}
 	return step.Phase{
 		Tag: step.TagK3s,
@@ -94,7 +94,9 @@ func k3sPhase(s *Session) step.Phase {
 	}
 }
 
-// clusterAccess reaches the cluster's API through the VM, once per run.
+// clusterAccess reaches the cluster's API through the VM, once per run: the
+// one way every phase (and status) reaches it. In check mode the cluster's
+// clients make every write a server-side dry run.
 type clusterAccess struct {
 	s       *Session
 	done    bool
@@ -129,12 +131,21 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.s.Redact != nil {
 		a.s.Redact(kubeconfig.Secrets(kc)...)
 	}
-	cl, err := kube.NewCluster(kc, h.DialContext)
+	cl, err := kube.NewCluster(kc, h.DialContext, a.s.Check)
 	if err != nil {
 		return err
 	}
 	a.k3sYAML, a.cluster, a.vm, a.done = kc, cl, h, true
 	return nil
+}
+
+// api is the cluster once connected: nil in check mode while the VM or
+// its kubeconfig does not exist yet.
+func (a *clusterAccess) api(ctx context.Context) (*kube.Cluster, error) {
+	if err := a.connect(ctx); err != nil {
+		return nil, err
+	}
+	return a.cluster, nil
 }
 
 // connectVM is connect for phases that also write files on the VM: the

@@ -174,3 +174,27 @@ func (e *env) sshLogins(host string) int {
 	}
 	return strings.Count(string(b), "Accepted publickey for ")
 }
+
+// goTestOfTheTool runs one test of the tool's module in the laptop
+// namespace, with env, and fails unless it ran and passed: a test of the
+// tool that needs the lab's live servers skips itself anywhere else.
+func (e *env) goTestOfTheTool(pkg, test string, env ...string) {
+	e.t.Helper()
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE").Output()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	caches := strings.Fields(string(out))
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	// The laptop's HOME is the lab's: keep the machine's Go caches, and
+	// fetch nothing (every module is already there).
+	argv := append([]string{"env", "GOCACHE=" + caches[0], "GOMODCACHE=" + caches[1], "GOPROXY=off", "GOTOOLCHAIN=local"}, env...)
+	argv = append(argv, "go", "-C", root, "test", "-count=1", "-v", "-run", "^"+test+"$", pkg)
+	r := e.Run("", argv...)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "--- PASS: "+test+" ") {
+		e.t.Errorf("%s %s in the lab: exit %d\n%s\n%s", pkg, test, r.Code, r.Stdout, r.Stderr)
+	}
+}

@@ -176,6 +176,11 @@ func TestKubeconfigAndInspector(t *testing.T) {
 	if r := kubectl(home, "config", "current-context"); r.Stdout != "elsewhere\n" {
 		t.Errorf("merge switched an existing current context: %+v", r)
 	}
+	// The cluster client of a check run or of status: every write is a
+	// server-side dry run. The tool's own test drives it against this
+	// lab's API server (it needs client-go, which this module keeps apart).
+	e.goTestOfTheTool("./internal/kube", "TestDryRunWritesNothing", "MGMTCTL_LAB_KUBECONFIG="+admin)
+
 	before, _ := os.ReadFile(ro)
 	r = e.apply("--tags", tags)
 	mustSucceed(t, r, "second apply")
