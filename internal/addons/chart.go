@@ -6,6 +6,7 @@
 package addons
 
 import (
+	"time"
 	"bytes"
 	"context"
 	"errors"
@@ -86,16 +87,17 @@ type VM struct {
 	Cluster func() *kube.Cluster
 }
 
-// Manifest writes a chart's HelmChart file when its content differs.
+// Manifest writes a chart's HelmChart file when its content differs, then
+// (a step.Waiter) waits until the chart is usable, so a chart that fails to
+// install fails this step, the one that changed it.
 type Manifest struct {
 	V *VM
 	C Chart
-	// Ready, when set, is waited for after the write, so a chart that
-	// fails to install fails this step, the one that changed it.
-	Ready *Ready
+	// Timeout bounds the wait; zero means ChartTimeout.
+	Timeout time.Duration
 }
 
-var _ step.Step = (*Manifest)(nil)
+var _ step.Waiter = (*Manifest)(nil)
 
 // ID implements step.Step.
 func (s *Manifest) ID() string { return s.C.Name + "-chart" }
@@ -119,20 +121,36 @@ func (s *Manifest) Check(ctx context.Context) (step.Plan, error) {
 	}
 	want := s.C.Render()
 	if bytes.Equal(cur, want) {
-		return step.Plan{Note: fmt.Sprintf("HelmChart %s %s up to date", s.C.Name, s.C.Version)}, nil
+		return step.Plan{Note: s.ready().note()}, nil
 	}
 	summary := fmt.Sprintf("%s HelmChart %s %s (%s)", action, s.C.Name, s.C.Version, s.C.Path())
+	file := remote.File{Path: s.C.Path(), Content: want, Mode: 0o600, Owner: "root:root", Sudo: true}
 	return step.Plan{Changes: []step.Change{{Target: s.C.Path(), Action: action, Summary: summary,
-		Diff: &step.Diff{Path: s.C.Path(), Before: string(cur), After: string(want)}}}}, nil
+		Diff: &step.Diff{Path: s.C.Path(), Before: string(cur), After: string(want)}, Payload: file}}}, nil
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it writes the planned file.
 func (s *Manifest) Apply(ctx context.Context, p step.Plan) error {
-	if _, err := s.V.Host.WriteFile(ctx, remote.File{Path: s.C.Path(), Content: s.C.Render(), Mode: 0o600, Owner: "root:root", Sudo: true}); err != nil {
-		return err
+	_, err := s.V.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
+	return err
+}
+
+func (s *Manifest) ready() *Ready { return &Ready{V: s.V, C: s.C, Timeout: s.Timeout} }
+
+// Observe implements step.Waiter.
+func (s *Manifest) Observe(ctx context.Context) (bool, string, error) {
+	cl := s.V.Cluster()
+	if cl == nil {
+		return false, "the cluster does not exist yet", nil
 	}
-	if s.Ready == nil || s.V.Cluster() == nil {
-		return nil
+	return s.ready().Observe(ctx, cl)
+}
+
+// Wait implements step.Waiter.
+func (s *Manifest) Wait(ctx context.Context) error {
+	cl := s.V.Cluster()
+	if cl == nil {
+		return fmt.Errorf("wait for %s: no connection to the cluster", s.C.Name)
 	}
-	return s.Ready.wait(ctx, s.V.Cluster())
+	return s.ready().wait(ctx, cl)
 }

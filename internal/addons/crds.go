@@ -2,6 +2,7 @@ package addons
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -23,18 +24,18 @@ const CRDTimeout = 5 * time.Minute
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// ProviderAPI waits until the operator's provider CRDs are Established and
-// the API accepts a provider CR: a server-side dry-run of a CoreProvider
-// goes through the operator's webhooks, which must answer (upstream #406).
+// ProviderAPI waits (a step.Waiter with nothing to change) until the
+// operator's provider CRDs are Established and the API accepts a provider
+// CR: a server-side dry-run of a CoreProvider goes through the operator's
+// webhooks, which must answer (upstream #406).
 type ProviderAPI struct {
 	V         *VM
 	Namespace string // where the dry-run object would live: the operator's
-	Wait      bool
 	// Timeout bounds the wait; zero means CRDTimeout.
 	Timeout time.Duration
 }
 
-var _ step.Step = (*ProviderAPI)(nil)
+var _ step.Waiter = (*ProviderAPI)(nil)
 
 // ID implements step.Step.
 func (s *ProviderAPI) ID() string { return "provider-api" }
@@ -42,20 +43,31 @@ func (s *ProviderAPI) ID() string { return "provider-api" }
 // Host implements step.Step.
 func (s *ProviderAPI) Host() string { return s.V.Name }
 
-// Check implements step.Step; like Ready, it only observes.
+const providerAPINote = "provider CRDs Established; a provider CR passes a server-side dry-run"
+
+// Check implements step.Step: there is nothing to change, only to wait for.
 func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
+	return step.Plan{Note: providerAPINote}, nil
+}
+
+// Apply implements step.Step; the plan is always empty.
+func (s *ProviderAPI) Apply(ctx context.Context, p step.Plan) error { return nil }
+
+// Observe implements step.Waiter.
+func (s *ProviderAPI) Observe(ctx context.Context) (bool, string, error) {
 	cl := s.V.Cluster()
-	pending := func(why string) step.Plan {
-		return step.Plan{Changes: []step.Change{{Target: "crds/" + capi.Group, Action: step.Run, Summary: "wait for the provider CRDs and the operator's webhooks (" + why + ")"}}}
-	}
 	if cl == nil {
-		return pending("the cluster does not exist yet"), nil
+		return false, "the cluster does not exist yet", nil
 	}
-	if !s.Wait {
-		if why, _ := s.observe(ctx, cl); why != "" {
-			return pending(why), nil
-		}
-		return step.Plan{Note: "provider CRDs Established; a provider CR passes a server-side dry-run"}, nil
+	why, _ := s.observe(ctx, cl)
+	return why == "", why, nil
+}
+
+// Wait implements step.Waiter.
+func (s *ProviderAPI) Wait(ctx context.Context) error {
+	cl := s.V.Cluster()
+	if cl == nil {
+		return errors.New("wait for the provider API: no connection to the cluster")
 	}
 	timeout := orDefault(s.Timeout, CRDTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -87,13 +99,10 @@ func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 		}
 	})
 	if err != nil {
-		return step.Plan{}, fmt.Errorf("provider API not usable after %s: %s", timeout, last)
+		return fmt.Errorf("provider API not usable after %s: %s", timeout, last)
 	}
-	return step.Plan{Note: "provider CRDs Established; a provider CR passes a server-side dry-run"}, nil
+	return nil
 }
-
-// Apply implements step.Step; Check does all the work.
-func (s *ProviderAPI) Apply(ctx context.Context, p step.Plan) error { return nil }
 
 // observe returns what is still missing, or "" when the API is usable;
 // webhook says it is the dry-run that was refused, which no watch will

@@ -53,53 +53,16 @@ func (e *JobFailedError) Error() string {
 	return b.String()
 }
 
-// Ready waits until a chart is usable: k3s applied its HelmChart, the
+// Ready says when a chart is usable: k3s applied its HelmChart, the
 // helm-install Job for that spec completed, and the chart's key Deployment
 // is Available. HelmChart status only ever says JobCreated or Failed, so
-// it is not what this waits on. A failing Job is reported at once.
+// it is not what this waits on. A failing Job is reported at once. The
+// Manifest step waits with it.
 type Ready struct {
 	V *VM
 	C Chart
-	// Wait is false in check mode: the state is looked at once.
-	Wait bool
 	// Timeout bounds the wait; zero means ChartTimeout.
 	Timeout time.Duration
-}
-
-var _ step.Step = (*Ready)(nil)
-
-// ID implements step.Step.
-func (s *Ready) ID() string { return s.C.Name + "-ready" }
-
-// Host implements step.Step.
-func (s *Ready) Host() string { return s.V.Name }
-
-func (s *Ready) pending(why string) step.Plan {
-	return step.Plan{Changes: []step.Change{{Target: "helmchart/" + s.C.Name, Action: step.Run,
-		Summary: fmt.Sprintf("wait for %s %s to be usable (%s)", s.C.Name, s.C.Version, why)}}}
-}
-
-// Check implements step.Step. Waiting only observes, so in a real run it
-// waits here and reports ok: a wait is not a change.
-func (s *Ready) Check(ctx context.Context) (step.Plan, error) {
-	cl := s.V.Cluster()
-	if cl == nil {
-		return s.pending("the cluster does not exist yet"), nil
-	}
-	if !s.Wait {
-		ok, why, err := s.Observe(ctx, cl)
-		if err != nil {
-			return step.Plan{}, err
-		}
-		if !ok {
-			return s.pending(why), nil
-		}
-		return step.Plan{Note: s.note()}, nil
-	}
-	if err := s.wait(ctx, cl); err != nil {
-		return step.Plan{}, err
-	}
-	return step.Plan{Note: s.note()}, nil
 }
 
 // wait blocks until the chart is usable, its Job fails, or the timeout.
@@ -126,9 +89,6 @@ func (s *Ready) wait(ctx context.Context, cl *kube.Cluster) error {
 func (s *Ready) note() string {
 	return fmt.Sprintf("%s %s installed; Deployment %s/%s Available", s.C.Name, s.C.Version, s.C.TargetNamespace, s.C.Deployment)
 }
-
-// Apply implements step.Step; Check does all the work.
-func (s *Ready) Apply(ctx context.Context, p step.Plan) error { return nil }
 
 func (s *Ready) job() string { return "helm-install-" + s.C.Name }
 

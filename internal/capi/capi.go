@@ -66,8 +66,6 @@ type Cluster struct {
 	// TokenSecret is PROXMOX_SECRET; it reaches the cluster only inside
 	// the variables Secret.
 	TokenSecret string
-	// Wait is false in check mode: states are looked at once.
-	Wait bool
 	// Timeout bounds each provider's wait; zero means ProviderTimeout.
 	Timeout time.Duration
 }

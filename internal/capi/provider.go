@@ -47,7 +47,7 @@ type ProviderStep struct {
 	P Provider
 }
 
-var _ step.Step = (*ProviderStep)(nil)
+var _ step.Waiter = (*ProviderStep)(nil)
 
 // ID implements step.Step: provider-core, provider-control-plane, ...
 func (s *ProviderStep) ID() string { return "provider-" + s.P.Kind.Prefix }
@@ -78,16 +78,17 @@ func specYAML(u *unstructured.Unstructured) string {
 	return string(b)
 }
 
-// Check implements step.Step. An object that would not change is waited
-// for (in a real run) until Ready, which only observes.
+// Check implements step.Step: the provider CR to server-side apply, when
+// what the server would make of it differs from what is there (the wait
+// for Ready is the engine's, through Observe and Wait).
 func (s *ProviderStep) Check(ctx context.Context) (step.Plan, error) {
 	want := s.C.Desired(s.P)
 	if s.C.API() == nil {
-		return s.plan(step.Create, nil, want), nil
+		return s.plan(step.Create, nil, want, want), nil
 	}
 	cur, err := s.client().Get(ctx, s.P.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return s.plan(step.Create, nil, want), nil
+		return s.plan(step.Create, nil, want, want), nil
 	}
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read %s: %w", s.P.Ref(), err)
@@ -99,23 +100,23 @@ func (s *ProviderStep) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, fmt.Errorf("server-side dry-run of %s: %w", s.P.Ref(), err)
 	}
 	if comparable(dry) != comparable(cur) {
-		return s.plan(step.Update, cur, dry), nil
-	}
-	if !s.C.Wait {
-		_, ok, why, err := s.observe(ctx)
-		if err != nil {
-			return step.Plan{}, err
-		}
-		if !ok {
-			return step.Plan{Changes: []step.Change{{Target: s.target(), Action: step.Run, Summary: "wait for " + s.P.Ref() + " Ready (" + why + ")"}}}, nil
-		}
-		return step.Plan{Note: s.note()}, nil
-	}
-	if err := s.wait(ctx); err != nil {
-		return step.Plan{}, err
+		return s.plan(step.Update, cur, dry, want), nil
 	}
 	return step.Plan{Note: s.note()}, nil
 }
+
+// Observe implements step.Waiter.
+func (s *ProviderStep) Observe(ctx context.Context) (bool, string, error) {
+	if s.C.API() == nil {
+		return false, "the cluster does not exist yet", nil
+	}
+	_, ok, why, err := s.observe(ctx)
+	return ok, why, err
+}
+
+// Wait implements step.Waiter: until Ready at the pin, bounded by the
+// cluster's wait timeout.
+func (s *ProviderStep) Wait(ctx context.Context) error { return s.wait(ctx) }
 
 func (s *ProviderStep) note() string {
 	return fmt.Sprintf("%s Ready at %s", s.P.Ref(), s.P.Version)
@@ -125,7 +126,9 @@ func (s *ProviderStep) target() string {
 	return strings.ToLower(s.P.Kind.Kind) + "/" + s.P.Namespace + "/" + s.P.Name
 }
 
-func (s *ProviderStep) plan(a step.Action, cur, want *unstructured.Unstructured) step.Plan {
+// plan is the change to a provider CR: shown is what the server would
+// store (for --diff), apply the object Apply sends as it is.
+func (s *ProviderStep) plan(a step.Action, cur, shown, apply *unstructured.Unstructured) step.Plan {
 	summary := fmt.Sprintf("create %s %s", s.P.Ref(), s.P.Version)
 	if a == step.Update {
 		old, _, _ := unstructured.NestedString(cur.Object, "spec", "version")
@@ -134,22 +137,23 @@ func (s *ProviderStep) plan(a step.Action, cur, want *unstructured.Unstructured)
 		} else {
 			summary = fmt.Sprintf("update %s", s.P.Ref())
 			oldSecret, _, _ := unstructured.NestedString(cur.Object, "spec", "configSecret", "name")
-			newSecret, _, _ := unstructured.NestedString(want.Object, "spec", "configSecret", "name")
+			newSecret, _, _ := unstructured.NestedString(shown.Object, "spec", "configSecret", "name")
 			if oldSecret != newSecret {
 				summary += fmt.Sprintf(": configSecret %s -> %s", oldSecret, newSecret)
 			}
 		}
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.target(), Action: a, Summary: summary,
-		Diff: &step.Diff{Path: s.target(), Before: specYAML(cur), After: specYAML(want)}}}}
+		Diff: &step.Diff{Path: s.target(), Before: specYAML(cur), After: specYAML(shown)}, Payload: apply}}}
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it server-side applies the planned object.
 func (s *ProviderStep) Apply(ctx context.Context, p step.Plan) error {
-	if _, err := s.client().Apply(ctx, s.P.Name, s.C.Desired(s.P), metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+	obj := p.Changes[0].Payload.(*unstructured.Unstructured)
+	if _, err := s.client().Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		return fmt.Errorf("apply %s: %w", s.P.Ref(), err)
 	}
-	return s.wait(ctx)
+	return nil
 }
 
 // observe reads the provider and says whether it is Ready at its pin, and

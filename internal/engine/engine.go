@@ -222,21 +222,43 @@ func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error
 	if err != nil {
 		return fail(fmt.Errorf("check: %w", err))
 	}
-	end.Warnings, end.Note, end.Changes = plan.Warnings, plan.Note, plan.Changes
-	switch {
-	case plan.Skip != "":
-		end.Outcome, end.Note, end.Changes = step.Skipped, plan.Skip, nil
-		plan.Notify = nil
-	case plan.Empty():
-		end.Outcome = step.OK
-		plan.Notify = nil
-	case r.opts.Check:
-		end.Outcome = step.Changed
-	default:
-		if err := s.Apply(ctx, plan); err != nil {
-			return fail(err)
+	if plan.Skip != "" {
+		end.Outcome, end.Note, end.Warnings = step.Skipped, plan.Skip, plan.Warnings
+		end.Duration = r.now().Sub(start)
+		r.emit(end)
+		return step.Plan{}, nil
+	}
+	w, waits := s.(step.Waiter)
+	if r.opts.Check {
+		// A step with changes to make would wait after them anyway; one
+		// without is looked at once, and a state not reached yet pends.
+		if waits && plan.Empty() {
+			done, why, err := w.Observe(ctx)
+			if err != nil {
+				return fail(err)
+			}
+			if !done {
+				plan.Changes = []step.Change{{Target: s.ID(), Action: step.Wait, Summary: "wait: " + why}}
+			}
 		}
+	} else {
+		if !plan.Empty() {
+			if err := s.Apply(ctx, plan); err != nil {
+				return fail(err)
+			}
+		}
+		if waits {
+			if err := w.Wait(ctx); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	end.Warnings, end.Note, end.Changes = plan.Warnings, plan.Note, plan.Changes
+	end.Outcome = step.OK
+	if !plan.Empty() {
 		end.Outcome = step.Changed
+	} else {
+		plan.Notify = nil
 	}
 	end.Duration = r.now().Sub(start)
 	r.emit(end)

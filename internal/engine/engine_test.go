@@ -275,3 +275,64 @@ func TestProgressEvents(t *testing.T) {
 		t.Errorf("no progress event: %+v", ev)
 	}
 }
+
+// TestWaiter: the engine, not the step, decides between looking once and
+// waiting. Check mode observes a step with nothing to change and reports a
+// state not reached as a pending wait; a real run waits, and a wait is not
+// a change; a step with changes applies them, then waits.
+func TestWaiter(t *testing.T) {
+	w := steptest.NewWorld()
+	release := make(chan struct{})
+	wait := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: w, Release: release}
+	ps := func(s ...step.Step) []step.Phase { return []step.Phase{{Tag: step.TagK3s, Steps: s}} }
+
+	var ev events
+	res, err := Run(context.Background(), ps(wait), Options{Check: true}, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := ev[len(ev)-2]
+	if end.Outcome != step.Changed || len(end.Changes) != 1 || end.Changes[0].Action != step.Wait || end.Changes[0].Summary != "wait: /node is , not Ready" || res.Pending != 1 {
+		t.Errorf("check mode: %+v", end)
+	}
+	if wait.Observed != 1 || wait.Waited != 0 {
+		t.Errorf("check mode observed %d times and waited %d times", wait.Observed, wait.Waited)
+	}
+
+	// A real run waits; the state arrives while it does.
+	go func() {
+		w.Set("/node", "Ready")
+		close(release)
+	}()
+	ev = nil
+	if _, err := Run(context.Background(), ps(wait), Options{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/node-ready=ok"}) || wait.Waited != 1 {
+		t.Errorf("apply: %v, waited %d", got, wait.Waited)
+	}
+
+	// A wait that fails fails its step, with what it last saw.
+	w2 := steptest.NewWorld()
+	done := make(chan struct{})
+	close(done)
+	never := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: w2, Release: done}
+	ev = nil
+	_, err = Run(context.Background(), ps(never), Options{}, &ev)
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != "node-ready" || !strings.Contains(err.Error(), "still waiting: /node is , not Ready") {
+		t.Errorf("failed wait: %v", err)
+	}
+
+	// Changes first, then the wait: the step changed, and was waited for.
+	w3 := steptest.NewWorld()
+	write := &steptest.File{StepID: "node", HostName: "vm", Path: "/node", Content: "Ready", W: w3}
+	both := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: w3, Release: done}
+	ev = nil
+	if _, err := Run(context.Background(), ps(write, both), Options{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/node=changed", "k3s/node-ready=ok"}) || both.Waited != 1 || both.Observed != 1 {
+		t.Errorf("changes then wait: %v (waited %d, observed %d)", got, both.Waited, both.Observed)
+	}
+}

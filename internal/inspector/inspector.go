@@ -228,8 +228,8 @@ func Fresh(cur []byte, name, server string, ca []byte, ttl time.Duration, now ti
 	return ok && exp.Sub(now) > ttl/4
 }
 
-// Mint asks the TokenRequest API for a token of ttl.
-func Mint(ctx context.Context, cs kubernetes.Interface, name string, ttl time.Duration) (string, error) {
+// MintToken asks the TokenRequest API for a token of ttl.
+func MintToken(ctx context.Context, cs kubernetes.Interface, name string, ttl time.Duration) (string, error) {
 	secs := int64(ttl.Seconds())
 	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, name, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
 	if err != nil {

@@ -43,10 +43,12 @@ func (s *GuestAgent) Check(ctx context.Context) (step.Plan, error) {
 	}
 	var p step.Plan
 	if !installed {
-		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent", Action: step.Create, Summary: "install qemu-guest-agent"})
+		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent", Action: step.Create, Summary: "install qemu-guest-agent",
+			Payload: remote.Command("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "qemu-guest-agent").AsRoot()})
 	}
 	if !active {
-		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent.service", Action: step.Run, Summary: "start qemu-guest-agent"})
+		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent.service", Action: step.Run, Summary: "start qemu-guest-agent",
+			Payload: remote.Command("systemctl", "start", "qemu-guest-agent").AsRoot()})
 	}
 	if p.Empty() {
 		p.Note = "qemu-guest-agent installed and running"
@@ -54,17 +56,10 @@ func (s *GuestAgent) Check(ctx context.Context) (step.Plan, error) {
 	return p, nil
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it runs the planned commands, in order.
 func (s *GuestAgent) Apply(ctx context.Context, p step.Plan) error {
 	for _, c := range p.Changes {
-		var cmd remote.Cmd
-		switch c.Action {
-		case step.Create:
-			cmd = remote.Command("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "qemu-guest-agent").AsRoot()
-		default:
-			cmd = remote.Command("systemctl", "start", "qemu-guest-agent").AsRoot()
-		}
-		if _, err := s.V.Host.Run(ctx, cmd); err != nil {
+		if _, err := s.V.Host.Run(ctx, c.Payload.(remote.Cmd)); err != nil {
 			return fmt.Errorf("%s on %s: %w", c.Summary, s.V.Name(), err)
 		}
 	}

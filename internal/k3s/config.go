@@ -62,28 +62,31 @@ func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 	}
 	return step.Plan{
 		Changes: []step.Change{{Target: ConfigPath, Action: action, Summary: action.String() + " " + ConfigPath,
-			Diff: &step.Diff{Path: ConfigPath, Before: string(cur), After: string(want)}}},
+			Diff:    &step.Diff{Path: ConfigPath, Before: string(cur), After: string(want)},
+			Payload: remote.File{Path: ConfigPath, Content: want, Mode: 0o600, Owner: "root:root", Sudo: true}}},
 		Notify: []string{RestartHandler},
 	}, nil
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it writes the planned file. It is the
+// example of a file step: the bytes --diff shows are the bytes written.
 func (s *Config) Apply(ctx context.Context, p step.Plan) error {
-	_, err := s.V.Host.WriteFile(ctx, remote.File{Path: ConfigPath, Content: s.want(), Mode: 0o600, Owner: "root:root", Sudo: true})
+	_, err := s.V.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
 	return err
 }
 
 // Restart is the handler that restarts k3s once at the end of the phase
 // after its config changed; k3s reads config.yaml only when it starts. It
 // does nothing when k3s was not installed before this run, or when the
-// installer just (re)started it with the new config.
+// installer just (re)started it with the new config. Like node-ready, it
+// then waits for the node (it is a step.Waiter through Ready).
 type Restart struct {
 	V *VM
-	// Ready waits for the node after the restart.
-	Ready *NodeReady
+	// Ready is waited for after the restart.
+	*NodeReady
 }
 
-var _ step.Step = (*Restart)(nil)
+var _ step.Waiter = (*Restart)(nil)
 
 // ID implements step.Step.
 func (s *Restart) ID() string { return RestartHandler }
@@ -99,16 +102,14 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	case s.V.InstalledThisRun:
 		return step.Plan{Skip: "the installer restarted k3s with the new config"}, nil
 	}
-	return step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Summary: "restart k3s to load " + ConfigPath}}}, nil
+	return step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Summary: "restart k3s to load " + ConfigPath,
+		Payload: remote.Command("systemctl", "restart", "k3s").AsRoot()}}}, nil
 }
 
 // Apply implements step.Step.
 func (s *Restart) Apply(ctx context.Context, p step.Plan) error {
-	if _, err := s.V.Host.Run(ctx, remote.Command("systemctl", "restart", "k3s").AsRoot()); err != nil {
+	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
 		return fmt.Errorf("restart k3s on %s: %w", s.V.Name(), err)
-	}
-	if s.Ready != nil {
-		return s.Ready.Apply(ctx, p)
 	}
 	return nil
 }

@@ -22,20 +22,22 @@ func (s *Install) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *Install) Check(ctx context.Context) (step.Plan, error) {
-	want := s.V.Cluster.Spec.K3s.Version
+	k := s.V.Cluster.Spec.K3s
+	want := k.Version
+	run := remote.Script(installScript, k.InstallScriptURL, want).AsRoot()
 	switch s.V.Installed {
 	case want:
 		if !s.V.Active {
 			// An install cut short (or a stopped service): the installer
 			// finishes the job and starts k3s.
-			return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update, Summary: "re-run the k3s " + want + " installer: the k3s service is not running"}}}, nil
+			return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update, Summary: "re-run the k3s " + want + " installer: the k3s service is not running", Payload: run}}}, nil
 		}
 		return step.Plan{Note: "k3s " + want + " installed"}, nil
 	case "":
-		return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Create, Summary: "install k3s " + want}}}, nil
+		return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Create, Summary: "install k3s " + want, Payload: run}}}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update,
-		Summary: fmt.Sprintf("upgrade k3s from %s to %s", s.V.Installed, want)}}}, nil
+		Summary: fmt.Sprintf("upgrade k3s from %s to %s", s.V.Installed, want), Payload: run}}}, nil
 }
 
 // installScript fetches the install script ($1) and runs it with the
@@ -54,7 +56,7 @@ systemctl start k3s`
 func (s *Install) Apply(ctx context.Context, p step.Plan) error {
 	k := s.V.Cluster.Spec.K3s
 	step.Progress(ctx, "running the k3s installer for "+k.Version)
-	if _, err := s.V.Host.Run(ctx, remote.Script(installScript, k.InstallScriptURL, k.Version).AsRoot()); err != nil {
+	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
 		return fmt.Errorf("install k3s %s on %s: %w", k.Version, s.V.Name(), err)
 	}
 	s.V.InstalledThisRun = true

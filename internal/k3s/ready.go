@@ -12,8 +12,10 @@ import (
 // NodeReadyTimeout bounds the wait for the node to become Ready.
 const NodeReadyTimeout = 5 * time.Minute
 
-// NodeReady waits, over the Kubernetes API through the SSH connection, until
-// the node reports Ready.
+// NodeReady waits (a step.Waiter with nothing to change), over the
+// Kubernetes API through the SSH connection, until the node reports Ready.
+// It is the example of a pure wait: Check plans nothing, Observe looks
+// once, Wait watches; the engine picks which.
 type NodeReady struct {
 	V *VM
 	// API is the run's one way to the cluster; it returns a nil cluster
@@ -21,7 +23,7 @@ type NodeReady struct {
 	API func(ctx context.Context) (*kube.Cluster, error)
 }
 
-var _ step.Step = (*NodeReady)(nil)
+var _ step.Waiter = (*NodeReady)(nil)
 
 // ID implements step.Step.
 func (s *NodeReady) ID() string { return "node-ready" }
@@ -29,47 +31,39 @@ func (s *NodeReady) ID() string { return "node-ready" }
 // Host implements step.Step.
 func (s *NodeReady) Host() string { return s.V.Name() }
 
-func (s *NodeReady) plan(why string) step.Plan {
-	return step.Plan{Changes: []step.Change{{Target: "node " + s.V.Name(), Action: step.Run,
-		Summary: fmt.Sprintf("wait for node %s Ready (%s)", s.V.Name(), why)}}}
-}
-
-// Check implements step.Step. After the installer ran in this run it waits
-// for the node here (waiting observes, it changes nothing), so an upgrade
-// reports one change, the install, not two.
+// Check implements step.Step: a node's readiness is waited for, never
+// changed.
 func (s *NodeReady) Check(ctx context.Context) (step.Plan, error) {
-	if s.V.Host == nil || s.V.Installed == "" {
-		return s.plan("k3s is not installed yet"), nil
-	}
-	if s.V.InstalledThisRun {
-		if err := s.Apply(ctx, step.Plan{}); err != nil {
-			return step.Plan{}, err
-		}
-		return step.Plan{Note: "node " + s.V.Name() + " is Ready after the install"}, nil
-	}
-	cl, err := s.API(ctx)
-	if err != nil {
-		return step.Plan{}, err
-	}
-	if cl == nil {
-		return s.plan("k3s has not written its kubeconfig yet"), nil
-	}
-	cs := cl.Typed
-	n, err := cs.CoreV1().Nodes().Get(ctx, s.V.Name(), metav1GetOptions)
-	if err != nil {
-		return s.plan(err.Error()), nil
-	}
-	if ok, why := kube.NodeReady(n); !ok {
-		return s.plan(why), nil
-	}
 	return step.Plan{Note: "node " + s.V.Name() + " is Ready"}, nil
 }
 
-// Apply implements step.Step.
-func (s *NodeReady) Apply(ctx context.Context, p step.Plan) error {
+// Apply implements step.Step; the plan is always empty.
+func (s *NodeReady) Apply(ctx context.Context, p step.Plan) error { return nil }
+
+// Observe implements step.Waiter.
+func (s *NodeReady) Observe(ctx context.Context) (bool, string, error) {
+	if s.V.Host == nil || s.V.Installed == "" {
+		return false, "k3s is not installed yet", nil
+	}
+	cl, err := s.API(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	if cl == nil {
+		return false, "k3s has not written its kubeconfig yet", nil
+	}
+	n, err := cl.Typed.CoreV1().Nodes().Get(ctx, s.V.Name(), metav1GetOptions)
+	if err != nil {
+		return false, err.Error(), nil
+	}
+	ok, why := kube.NodeReady(n)
+	return ok, why, nil
+}
+
+// Wait implements step.Waiter.
+func (s *NodeReady) Wait(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, NodeReadyTimeout)
 	defer cancel()
-	step.Progress(ctx, "waiting for node "+s.V.Name()+" to be Ready")
 	// k3s writes k3s.yaml once its apiserver answers; the installer has
 	// already waited for that (Type=notify).
 	cl, err := s.API(ctx)
@@ -79,5 +73,6 @@ func (s *NodeReady) Apply(ctx context.Context, p step.Plan) error {
 	if cl == nil {
 		return fmt.Errorf("%s does not exist on %s", KubeconfigPath, s.V.Name())
 	}
+	step.Progress(ctx, "waiting for node "+s.V.Name()+" to be Ready")
 	return kube.WaitNodeReady(ctx, cl.Typed, s.V.Name())
 }

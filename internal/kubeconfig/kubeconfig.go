@@ -63,11 +63,9 @@ func Secrets(kubeconfig []byte) []string {
 type File struct {
 	StepID string
 	Path   string
-	// Render returns the desired content; nil content with a reason means
-	// it cannot be rendered without acting (check mode before the cluster
-	// exists, or a token that would have to be minted). act is false in
-	// Check, true in Apply.
-	Render func(ctx context.Context, current []byte, act bool) (want []byte, pending string, err error)
+	// Render returns the desired content, or nil content with the reason
+	// it cannot be rendered yet (check mode before the cluster exists).
+	Render func(ctx context.Context) (want []byte, pending string, err error)
 }
 
 var _ step.Step = (*File)(nil)
@@ -78,49 +76,51 @@ func (f *File) ID() string { return f.StepID }
 // Host implements step.Step.
 func (f *File) Host() string { return "laptop" }
 
-func (f *File) plan(ctx context.Context, act bool) (cur, want []byte, p step.Plan, err error) {
-	cur, err = os.ReadFile(f.Path)
-	action := step.Update
-	if errors.Is(err, fs.ErrNotExist) {
-		action, err = step.Create, nil
-	}
-	if err != nil {
-		return nil, nil, p, err
-	}
-	want, pending, err := f.Render(ctx, cur, act)
-	if err != nil {
-		return nil, nil, p, err
-	}
-	if want == nil {
-		p.Changes = []step.Change{{Target: f.Path, Action: action, Summary: fmt.Sprintf("%s %s (%s)", action, f.Path, pending)}}
-		return cur, nil, p, nil
-	}
-	fi, statErr := os.Stat(f.Path)
-	if bytes.Equal(cur, want) && statErr == nil && fi.Mode().Perm() == 0o600 {
-		p.Note = f.Path + " up to date"
-		return cur, want, p, nil
-	}
-	p.Changes = []step.Change{{Target: f.Path, Action: action, Summary: action.String() + " " + f.Path,
-		Diff: &step.Diff{Path: f.Path, Before: string(cur), After: string(want)}}}
-	return cur, want, p, nil
-}
-
-// Check implements step.Step.
+// Check implements step.Step: the bytes to write, when they or the file's
+// mode differ.
 func (f *File) Check(ctx context.Context) (step.Plan, error) {
-	_, _, p, err := f.plan(ctx, false)
-	return p, err
-}
-
-// Apply implements step.Step.
-func (f *File) Apply(ctx context.Context, _ step.Plan) error {
-	_, want, _, err := f.plan(ctx, true)
+	cur, action, err := Current(f.Path)
 	if err != nil {
-		return err
+		return step.Plan{}, err
+	}
+	want, pending, err := f.Render(ctx)
+	if err != nil {
+		return step.Plan{}, err
 	}
 	if want == nil {
+		return step.Plan{Changes: []step.Change{{Target: f.Path, Action: action, Summary: fmt.Sprintf("%s %s (%s)", action, f.Path, pending)}}}, nil
+	}
+	if bytes.Equal(cur, want) && Private(f.Path) {
+		return step.Plan{Note: f.Path + " up to date"}, nil
+	}
+	return step.Plan{Changes: []step.Change{{Target: f.Path, Action: action, Summary: action.String() + " " + f.Path,
+		Diff: &step.Diff{Path: f.Path, Before: string(cur), After: string(want)}, Payload: want}}}, nil
+}
+
+// Apply implements step.Step: it writes the planned bytes (atomically,
+// 0600).
+func (f *File) Apply(ctx context.Context, p step.Plan) error {
+	want, ok := p.Changes[0].Payload.([]byte)
+	if !ok {
 		return fmt.Errorf("write %s: nothing to write yet", f.Path)
 	}
 	return localfile.Write(f.Path, want)
+}
+
+// Current reads a laptop file: its bytes, and whether writing it creates
+// or updates it.
+func Current(path string) ([]byte, step.Action, error) {
+	cur, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, step.Create, nil
+	}
+	return cur, step.Update, err
+}
+
+// Private reports whether the file at path is readable by its owner only.
+func Private(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().Perm() == 0o600
 }
 
 // Merge adds the context, cluster and user named name from the admin

@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	"addons":      append([]string{"capi"}, below...),
 	"capi":        below,
 	"kubeconfig":  below,
-	"inspector":   below,
+	"inspector":   append([]string{"kubeconfig"}, below...),
 	"health":      {"step"},
 	"engine":      {"step"},
 	"ui":          {"engine", "step", "diff", "redact"},
@@ -46,6 +46,7 @@ var allowed = map[string][]string{
 	// Test helpers.
 	"steptest":       {"step"},
 	"remote/sshtest": nil,
+	"remote/remotetest": {"remote"},
 }
 
 // TestImportsPointOneWay reads every package's imports from its source

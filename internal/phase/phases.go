@@ -90,7 +90,7 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 			&k3s.Install{V: v},
 			ready,
 		},
-		Handlers: []step.Step{&k3s.Restart{V: v, Ready: ready}},
+		Handlers: []step.Step{&k3s.Restart{V: v, NodeReady: ready}},
 	}
 }
 
@@ -168,8 +168,6 @@ func addonsPhase(s *Session, a *clusterAccess) step.Phase {
 	c := s.Config.Cluster
 	v := &addons.VM{Name: c.Metadata.Name, Cluster: func() *kube.Cluster { return a.cluster }}
 	cm, op := addons.CertManager(c.Spec.CertManager), addons.Operator(c.Spec.ClusterAPIOperator)
-	cmReady := &addons.Ready{V: v, C: cm, Wait: !s.Check, Timeout: s.WaitTimeout}
-	opReady := &addons.Ready{V: v, C: op, Wait: !s.Check, Timeout: s.WaitTimeout}
 	return step.Phase{
 		Tag: step.TagAddons,
 		Prepare: func(ctx context.Context) (string, error) {
@@ -182,16 +180,16 @@ func addonsPhase(s *Session, a *clusterAccess) step.Phase {
 		// cert-manager first: the operator's chart has a Certificate and
 		// an Issuer, whose kinds cert-manager's CRDs define.
 		Steps: []step.Step{
-			&addons.Manifest{V: v, C: cm, Ready: cmReady}, cmReady,
-			&addons.Manifest{V: v, C: op, Ready: opReady}, opReady,
-			&addons.ProviderAPI{V: v, Namespace: op.TargetNamespace, Wait: !s.Check, Timeout: s.WaitTimeout},
+			&addons.Manifest{V: v, C: cm, Timeout: s.WaitTimeout},
+			&addons.Manifest{V: v, C: op, Timeout: s.WaitTimeout},
+			&addons.ProviderAPI{V: v, Namespace: op.TargetNamespace, Timeout: s.WaitTimeout},
 		},
 	}
 }
 
 func capiPhase(s *Session, a *clusterAccess) step.Phase {
 	c := &s.Config.Cluster
-	cl := &capi.Cluster{Name: c.Metadata.Name, Config: c, TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Wait: !s.Check, Timeout: s.WaitTimeout,
+	cl := &capi.Cluster{Name: c.Metadata.Name, Config: c, TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
 		API: func() *kube.Cluster { return a.cluster }}
 	steps := []step.Step{
 		&capi.Token{C: cl, Source: s.Config.SecretSource},
@@ -220,7 +218,7 @@ func kubeconfigPhase(s *Session, a *clusterAccess) step.Phase {
 		Tag:     step.TagKubeconfig,
 		Prepare: func(ctx context.Context) (string, error) { return "laptop", a.connect(ctx) },
 		Steps: []step.Step{&kubeconfig.File{StepID: "admin-kubeconfig", Path: s.Config.KubeconfigPath(),
-			Render: func(ctx context.Context, cur []byte, act bool) ([]byte, string, error) {
+			Render: func(ctx context.Context) ([]byte, string, error) {
 				if a.k3sYAML == nil {
 					return nil, "once k3s runs", nil
 				}
@@ -234,7 +232,6 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 	c := s.Config.Cluster
 	in := c.Spec.Inspector
 	ttl, _ := time.ParseDuration(in.TokenTTL) // validated with the config
-	path := s.Config.Env.Expand("~/.kube/" + in.Name + ".kubeconfig")
 	client := func() kubernetes.Interface {
 		if a.cluster == nil {
 			return nil
@@ -246,30 +243,18 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.connect(ctx) },
 		Steps: []step.Step{
 			&inspector.RBAC{Name: in.Name, HostName: c.Metadata.Name, Client: client},
-			&kubeconfig.File{StepID: "inspector-kubeconfig", Path: path,
-				Render: func(ctx context.Context, cur []byte, act bool) ([]byte, string, error) {
+			&inspector.KubeconfigFile{Name: in.Name, Path: s.Config.Env.Expand("~/.kube/" + in.Name + ".kubeconfig"), TTL: ttl,
+				Cluster: func() (string, []byte, kubernetes.Interface, error) {
 					if a.cluster == nil {
-						return nil, "once k3s runs", nil
+						return "", nil, nil, nil
 					}
 					ca, err := clusterCA(a.k3sYAML)
-					if err != nil {
-						return nil, "", err
-					}
-					if cur != nil && inspector.Fresh(cur, in.Name, a.server(), ca, ttl, time.Now()) {
-						return cur, "", nil
-					}
-					if !act {
-						return nil, "a new " + in.TokenTTL + " token would be minted", nil
-					}
-					tok, err := inspector.Mint(ctx, a.cluster.Typed, in.Name, ttl)
-					if err != nil {
-						return nil, "", err
-					}
+					return a.server(), ca, a.cluster.Typed, err
+				},
+				Minted: func(tok string) {
 					if s.Redact != nil {
 						s.Redact(tok)
 					}
-					b, err := inspector.Kubeconfig(in.Name, a.server(), ca, tok)
-					return b, "", err
 				}},
 		},
 	}

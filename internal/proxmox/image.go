@@ -22,16 +22,18 @@ func (s *Image) Host() string { return s.N.Name() }
 
 // Check implements step.Step.
 func (s *Image) Check(ctx context.Context) (step.Plan, error) {
-	want, got, p := s.N.Cluster.Spec.Image.SHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
+	img := s.N.Cluster.Spec.Image
+	want, got, p := img.SHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
+	download := remote.Script(downloadScript, img.URL, p, want)
 	switch got {
 	case want:
 		return step.Plan{Note: p + " present, sha256 verified"}, nil
 	case "":
 		return step.Plan{Changes: []step.Change{{Target: p, Action: step.Create,
-			Summary: "download " + s.N.Cluster.Spec.Image.URL + " to " + p}}}, nil
+			Summary: "download " + img.URL + " to " + p, Payload: download}}}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: p, Action: step.Update,
-		Summary: fmt.Sprintf("replace %s (sha256 %s, want %s)", p, got, want)}}}, nil
+		Summary: fmt.Sprintf("replace %s (sha256 %s, want %s)", p, got, want), Payload: download}}}, nil
 }
 
 // downloadScript fetches $1 to a temporary name beside $2, checks its
@@ -56,10 +58,10 @@ chmod 644 "$tmp"
 mv -f -- "$tmp" "$dst"
 trap - EXIT`
 
-// Apply implements step.Step.
+// Apply implements step.Step: it runs the planned download.
 func (s *Image) Apply(ctx context.Context, p step.Plan) error {
 	img := s.N.Cluster.Spec.Image
-	_, err := s.N.Host.Run(ctx, remote.Script(downloadScript, img.URL, s.N.ImagePath(), img.SHA256))
+	_, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
 	var ee *remote.ExitError
 	if errors.As(err, &ee) && ee.Code == 65 {
 		return fmt.Errorf("download image to %s on %s: %s; nothing was kept under the final name", s.N.ImagePath(), s.N.Name(), ee.Stderr)

@@ -79,8 +79,8 @@ func (n *Node) Gather(ctx context.Context) error {
 	if f.VMExists {
 		f.Running = strings.TrimSpace(string(res[1].Stdout)) == "status: running"
 	}
-	if res[2].ExitCode == 0 {
-		f.ImageSHA256 = strings.Fields(string(res[2].Stdout) + " ")[0]
+	if sum := strings.Fields(string(res[2].Stdout)); res[2].ExitCode == 0 && len(sum) > 0 {
+		f.ImageSHA256 = sum[0]
 	}
 	n.Facts = f
 	return nil

@@ -22,7 +22,7 @@ type Reachable struct {
 	Dial VMDialer
 }
 
-var _ step.Step = (*Reachable)(nil)
+var _ step.Waiter = (*Reachable)(nil)
 
 // ID implements step.Step.
 func (s *Reachable) ID() string { return "wait-ssh" }
@@ -35,35 +35,39 @@ func (s *Reachable) addr() string {
 	return a
 }
 
-func (s *Reachable) plan(why string) step.Plan {
-	return step.Plan{Changes: []step.Change{{Target: s.addr() + ":22", Action: step.Run,
-		Summary: fmt.Sprintf("wait for SSH on %s:22 and cloud-init (%s)", s.addr(), why)}}}
+// Check implements step.Step: a VM answering is waited for, not made.
+func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
+	return step.Plan{Note: "SSH answers and cloud-init is done"}, nil
 }
 
-// Check implements step.Step.
-func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
+// Apply implements step.Step; the plan is always empty.
+func (s *Reachable) Apply(ctx context.Context, p step.Plan) error { return nil }
+
+// Observe implements step.Waiter: one connection attempt and one look at
+// cloud-init.
+func (s *Reachable) Observe(ctx context.Context) (bool, string, error) {
 	if !s.N.Facts.VMExists || !s.N.Facts.Running {
-		return s.plan("VM not running yet"), nil
+		return false, "VM not running yet", nil
 	}
 	if s.N.Started {
-		return s.plan("VM is booting"), nil
+		return false, "VM is booting", nil
 	}
 	h, err := s.Dial(ctx, false)
 	var hk *remote.HostKeyError
 	switch {
 	case errors.As(err, &hk):
-		return step.Plan{}, err
+		return false, "", err
 	case err != nil:
-		return s.plan("not answering yet"), nil
+		return false, "not answering yet", nil
 	}
 	res, err := remote.ReadOnly(h).Run(ctx, remote.Query("cloud-init", "status"))
 	if err != nil {
-		return step.Plan{}, fmt.Errorf("cloud-init status on %s: %w", s.Host(), err)
+		return false, "", fmt.Errorf("cloud-init status on %s: %w", s.Host(), err)
 	}
 	if out := strings.TrimSpace(string(res.Stdout)); !strings.HasSuffix(out, "status: done") {
-		return s.plan(strings.TrimPrefix(lastLine(out), "status: ")), nil
+		return false, "cloud-init " + strings.TrimPrefix(lastLine(out), "status: "), nil
 	}
-	return step.Plan{Note: "SSH answers and cloud-init is done"}, nil
+	return true, "", nil
 }
 
 func lastLine(s string) string {
@@ -71,8 +75,9 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-// Apply implements step.Step.
-func (s *Reachable) Apply(ctx context.Context, p step.Plan) error {
+// Wait implements step.Waiter: it knocks until the VM answers SSH, then
+// waits for cloud-init to finish.
+func (s *Reachable) Wait(ctx context.Context) error {
 	step.Progress(ctx, "waiting for SSH on "+s.addr()+":22")
 	h, err := s.Dial(ctx, true)
 	if err != nil {

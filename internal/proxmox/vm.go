@@ -63,17 +63,27 @@ func (s *CreateVM) CreateArgs() []string {
 	}
 }
 
-// Check implements step.Step.
+// Creation is CreateVM's payload: the user's public key, written to a
+// file on the node for qm's --sshkeys, and the qm create command.
+type Creation struct {
+	Keys   remote.File
+	Create remote.Cmd
+}
+
+// Check implements step.Step. It is the example of a remote command step:
+// the plan carries the command, --diff shows its line, Apply runs it.
 func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 	n := s.N
 	if !n.Facts.VMExists {
-		line, err := shell.Join(s.CreateArgs()...)
+		c := Creation{Keys: remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600},
+			Create: remote.Command(s.CreateArgs()...)}
+		line, err := shell.Join(c.Create.Args...)
 		if err != nil {
 			return step.Plan{}, err
 		}
 		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create,
 			Summary: fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Cluster.Metadata.Name, n.ImagePath()),
-			Diff:    &step.Diff{Path: "qm create", After: line + "\n"}}}}, nil
+			Diff:    &step.Diff{Path: "qm create", After: line + "\n"}, Payload: c}}}, nil
 	}
 	if !n.Ours() {
 		return step.Plan{}, fmt.Errorf("VMID %s on %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
@@ -106,19 +116,21 @@ func (s *CreateVM) Drift() []string {
 	return out
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it writes the planned keys file, runs the
+// planned qm create, and removes the keys file.
 func (s *CreateVM) Apply(ctx context.Context, p step.Plan) error {
 	n := s.N
+	c := p.Changes[0].Payload.(Creation)
 	if s.BeforeCreate != nil {
 		if err := s.BeforeCreate(); err != nil {
 			return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
 		}
 	}
-	if _, err := n.Host.WriteFile(ctx, remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600}); err != nil {
+	if _, err := n.Host.WriteFile(ctx, c.Keys); err != nil {
 		return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
 	}
-	_, err := n.Host.Run(ctx, remote.Command(s.CreateArgs()...))
-	_, _ = n.Host.Run(ctx, remote.Command("rm", "-f", "--", s.keysFile()))
+	_, err := n.Host.Run(ctx, c.Create)
+	_, _ = n.Host.Run(ctx, remote.Command("rm", "-f", "--", c.Keys.Path))
 	if err != nil {
 		return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
 	}
@@ -159,7 +171,8 @@ func (s *GrowDisk) Check(ctx context.Context) (step.Plan, error) {
 			n.VMID(), human(cur), gib, (cur+(1<<30)-1)>>30)
 	}
 	return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID() + " scsi0", Action: step.Update,
-		Summary: fmt.Sprintf("grow scsi0 from %s to %dG", human(cur), gib)}}}, nil
+		Summary: fmt.Sprintf("grow scsi0 from %s to %dG", human(cur), gib),
+		Payload: remote.Command("qm", "resize", n.VMID(), "scsi0", fmt.Sprintf("%dG", gib))}}}, nil
 }
 
 func human(b int64) string {
@@ -173,7 +186,7 @@ func human(b int64) string {
 // (upstream-facts 1.3), so the result is read back from qm config.
 func (s *GrowDisk) Apply(ctx context.Context, p step.Plan) error {
 	n := s.N
-	res, err := n.Host.Run(ctx, remote.Command("qm", "resize", n.VMID(), "scsi0", fmt.Sprintf("%dG", n.Cluster.Spec.VM.DiskGiB)))
+	res, err := n.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
 	if err != nil {
 		return fmt.Errorf("grow disk of VM %s on %s: %w", n.VMID(), n.Name(), err)
 	}
@@ -202,12 +215,13 @@ func (s *StartVM) Check(ctx context.Context) (step.Plan, error) {
 	if s.N.Facts.Running {
 		return step.Plan{Note: "VM " + s.N.VMID() + " is running"}, nil
 	}
-	return step.Plan{Changes: []step.Change{{Target: "VM " + s.N.VMID(), Action: step.Run, Summary: "start VM " + s.N.VMID()}}}, nil
+	return step.Plan{Changes: []step.Change{{Target: "VM " + s.N.VMID(), Action: step.Run, Summary: "start VM " + s.N.VMID(),
+		Payload: remote.Command("qm", "start", s.N.VMID())}}}, nil
 }
 
 // Apply implements step.Step.
 func (s *StartVM) Apply(ctx context.Context, p step.Plan) error {
-	if _, err := s.N.Host.Run(ctx, remote.Command("qm", "start", s.N.VMID())); err != nil {
+	if _, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
 		return fmt.Errorf("start VM %s on %s: %w", s.N.VMID(), s.N.Name(), err)
 	}
 	s.N.Started = true

@@ -41,9 +41,12 @@ const (
 	Update
 	Delete
 	Run // an operation with effects but no object, e.g. a restart or a start
+	// Wait is a state the system reaches by itself, still to be waited for
+	// (check mode's word for a Waiter that is not done).
+	Wait
 )
 
-var actionNames = [...]string{Create: "create", Update: "update", Delete: "delete", Run: "run"}
+var actionNames = [...]string{Create: "create", Update: "update", Delete: "delete", Run: "run", Wait: "wait"}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {
@@ -68,6 +71,11 @@ type Change struct {
 	Action  Action `json:"action"`
 	Summary string `json:"summary"`
 	Diff    *Diff  `json:"diff,omitempty"`
+	// Payload is what Apply carries out, exactly: the command to run
+	// (remote.Cmd), the file to write (remote.File), the object to apply.
+	// Check computes it once; what --diff shows is rendered from it, and
+	// Apply runs it without deciding again.
+	Payload any `json:"-"`
 }
 
 // Plan is what a step's Check found: nothing to do, a reason to skip, or
@@ -102,6 +110,24 @@ type Step interface {
 	Host() string
 	Check(ctx context.Context) (Plan, error)
 	Apply(ctx context.Context, p Plan) error
+}
+
+// Waiter is a step that also waits for a state the system reaches by
+// itself once the step's plan (if any) is applied: a VM answering SSH, a
+// node Ready, a chart usable, a provider Ready. The engine drives it, so
+// no step knows the run's mode: in check mode and in status it observes
+// once, and a state not reached yet is reported as a pending wait; in a
+// run that may change things it waits, after Apply when there was a plan.
+// Waiting is not a change: a step with an empty plan is ok once its wait
+// ends.
+type Waiter interface {
+	Step
+	// Observe looks once: whether the state is reached, and if not, what
+	// the wait is still for.
+	Observe(ctx context.Context) (done bool, waiting string, err error)
+	// Wait blocks until the state is reached, or fails once its bound (or
+	// ctx) ends, saying what it last saw and what to do.
+	Wait(ctx context.Context) error
 }
 
 // Tag names a phase; --tags and --skip-tags select phases by tag.

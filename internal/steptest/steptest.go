@@ -4,6 +4,7 @@ package steptest
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -31,6 +32,13 @@ func (w *World) record(s string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.Applied = append(w.Applied, s)
+}
+
+// Set changes a file of the world, as something outside the run would.
+func (w *World) Set(path, content string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.Files[path] = content
 }
 
 // Mutations returns a copy of what was applied so far.
@@ -80,20 +88,73 @@ func (f *File) Check(ctx context.Context) (step.Plan, error) {
 	}
 	return step.Plan{
 		Changes: []step.Change{{Target: f.Path, Action: action, Summary: summary,
-			Diff: &step.Diff{Path: f.Path, Before: cur, After: f.Content}}},
+			Diff: &step.Diff{Path: f.Path, Before: cur, After: f.Content}, Payload: f.Content}},
 		Notify: f.Notify,
 	}, nil
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it writes the plan's payload, not f.Content.
 func (f *File) Apply(ctx context.Context, p step.Plan) error {
 	if f.ApplyErr != nil {
 		return f.ApplyErr
 	}
+	content := p.Changes[0].Payload.(string)
 	f.W.mu.Lock()
-	f.W.Files[f.Path] = f.Content
+	f.W.Files[f.Path] = content
 	f.W.mu.Unlock()
 	f.W.record("write " + f.Path)
+	return nil
+}
+
+// Wait is a Waiter over the world: done once Path holds Want. Its Check
+// plans nothing; its wait ends when Release is closed (after which it
+// looks again), or fails when ctx ends.
+type Wait struct {
+	StepID, HostName string
+	Path, Want       string
+	W                *World
+	Release          <-chan struct{}
+	// Waited counts calls of Wait; Observed, calls of Observe.
+	Waited, Observed int
+}
+
+var _ step.Waiter = (*Wait)(nil)
+
+// ID implements step.Step.
+func (s *Wait) ID() string { return s.StepID }
+
+// Host implements step.Step.
+func (s *Wait) Host() string { return s.HostName }
+
+// Check implements step.Step.
+func (s *Wait) Check(ctx context.Context) (step.Plan, error) { return step.Plan{Note: s.Path + " is " + s.Want}, nil }
+
+// Apply implements step.Step; it is never called, the plan being empty.
+func (s *Wait) Apply(ctx context.Context, p step.Plan) error { panic("steptest.Wait has nothing to apply") }
+
+// Observe implements step.Waiter.
+func (s *Wait) Observe(ctx context.Context) (bool, string, error) {
+	s.Observed++
+	cur, _ := s.W.get(s.Path)
+	if cur == s.Want {
+		return true, "", nil
+	}
+	return false, s.Path + " is " + cur + ", not " + s.Want, nil
+}
+
+// Wait implements step.Waiter.
+func (s *Wait) Wait(ctx context.Context) error {
+	s.Waited++
+	if done, _, _ := s.Observe(ctx); done {
+		return nil
+	}
+	select {
+	case <-s.Release:
+	case <-ctx.Done():
+	}
+	if done, why, _ := s.Observe(ctx); !done {
+		return errors.New("still waiting: " + why)
+	}
 	return nil
 }
 

@@ -1,0 +1,68 @@
+package k3s
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// TestApplyRunsThePlan: each step's Apply runs or writes its plan's payload,
+// not a command or file of its own: the payload is replaced after Check,
+// and Apply must carry out the replacement.
+func TestApplyRunsThePlan(t *testing.T) {
+	marked := remote.Command("echo", "planned")
+	file := remote.File{Path: "/planned", Content: []byte("planned\n")}
+	for _, tc := range []struct {
+		name   string
+		step   func(v *VM) step.Step
+		facts  func(v *VM)
+		tamper any
+		want   []string
+	}{
+		{name: "guest-agent", step: func(v *VM) step.Step { return &GuestAgent{V: v} }, tamper: marked,
+			want: []string{"run echo planned", "run echo planned"}},
+		{name: "config", step: func(v *VM) step.Step { return &Config{V: v} }, tamper: file, want: []string{"write /planned"}},
+		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} }, tamper: marked, want: []string{"run echo planned"}},
+		{name: "restart-k3s", step: func(v *VM) step.Step { return &Restart{V: v} },
+			facts: func(v *VM) { v.Installed = "v1.35.7+k3s1" }, tamper: marked, want: []string{"run echo planned"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &remotetest.Host{HostName: "lab-mgmt", Answer: remotetest.EmptyBatch}
+			c := &config.ManagementCluster{}
+			c.Metadata.Name = "lab-mgmt"
+			c.Spec.VM.Address = "192.0.2.50/24"
+			c.Spec.K3s.Version = "v1.35.7+k3s1"
+			v := &VM{Cluster: c, Host: h}
+			if tc.facts != nil {
+				tc.facts(v)
+			}
+			s := tc.step(v)
+			p, err := s.Check(context.Background())
+			if err != nil || p.Empty() {
+				t.Fatalf("plan: %+v, %v", p, err)
+			}
+			for i := range p.Changes {
+				if p.Changes[i].Payload == nil {
+					t.Fatalf("change %d has no payload: %+v", i, p.Changes[i])
+				}
+				p.Changes[i].Payload = tc.tamper
+			}
+			before := len(h.Events())
+			_ = s.Apply(context.Background(), p) // facts read back from an empty host may not parse
+			var got []string
+			for _, e := range h.Events()[before:] {
+				if len(got) < len(tc.want) {
+					got = append(got, e)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("applied %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+// Package remotetest is a hand-written remote.Host that records what a step
+// runs and writes, so a unit test can assert that Apply carried out exactly
+// the plan Check returned. Tests that need a real SSH server use
+// remote/sshtest.
+package remotetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+)
+
+// Host records commands and writes; Answer, if set, gives each command's
+// result (the zero Result otherwise).
+type Host struct {
+	HostName string
+	Answer   func(remote.Cmd) (remote.Result, error)
+
+	mu     sync.Mutex
+	ran    []remote.Cmd
+	wrote  []remote.File
+	events []string
+}
+
+var _ remote.Host = (*Host)(nil)
+
+// Name implements remote.Host.
+func (h *Host) Name() string { return h.HostName }
+
+// Run implements remote.Host.
+func (h *Host) Run(ctx context.Context, c remote.Cmd) (remote.Result, error) {
+	h.mu.Lock()
+	h.ran = append(h.ran, c)
+	h.events = append(h.events, "run "+c.String())
+	h.mu.Unlock()
+	if h.Answer != nil {
+		return h.Answer(c)
+	}
+	return remote.Result{}, nil
+}
+
+// ReadFile implements remote.Host: nothing exists.
+func (h *Host) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error) {
+	return nil, errors.New("remotetest: no files to read")
+}
+
+// WriteFile implements remote.Host.
+func (h *Host) WriteFile(ctx context.Context, f remote.File) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wrote = append(h.wrote, f)
+	h.events = append(h.events, "write "+f.Path)
+	return true, nil
+}
+
+// DialContext implements remote.Host: nothing answers.
+func (h *Host) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return nil, errors.New("remotetest: no network")
+}
+
+// Ran is every command run so far, in order.
+func (h *Host) Ran() []remote.Cmd {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]remote.Cmd(nil), h.ran...)
+}
+
+// Wrote is every file written so far, in order.
+func (h *Host) Wrote() []remote.File {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]remote.File(nil), h.wrote...)
+}
+
+// Events is what happened, in order: "run <cmd>" and "write <path>".
+func (h *Host) Events() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.events...)
+}
+
+var batchMarker = regexp.MustCompile(`printf '\\nmgmtctl-([0-9a-f]{16}) ([0-9]+) %s\\n'`)
+
+// EmptyBatch answers a remote.Batch as if each of its commands printed
+// nothing and exited 0, and any other command with the zero Result: the
+// answer of a host with nothing on it, for steps that gather facts again
+// after they act.
+func EmptyBatch(c remote.Cmd) (remote.Result, error) {
+	if len(c.Args) != 3 || c.Args[0] != "sh" {
+		return remote.Result{}, nil
+	}
+	var out strings.Builder
+	for _, m := range batchMarker.FindAllStringSubmatch(c.Args[2], -1) {
+		fmt.Fprintf(&out, "\nmgmtctl-%s %s 0\n\nmgmtctl-%s-err %s\n", m[1], m[2], m[1], m[2])
+	}
+	return remote.Result{Stdout: []byte(out.String())}, nil
+}
