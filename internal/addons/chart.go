@@ -6,13 +6,13 @@
 package addons
 
 import (
-	"time"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/kube"

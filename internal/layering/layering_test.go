@@ -44,8 +44,8 @@ var allowed = map[string][]string{
 	"localfile":   nil,
 	"layering":    nil,
 	// Test helpers.
-	"steptest":       {"step"},
-	"remote/sshtest": nil,
+	"steptest":          {"step"},
+	"remote/sshtest":    nil,
 	"remote/remotetest": {"remote"},
 }
 

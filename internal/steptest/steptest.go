@@ -127,10 +127,14 @@ func (s *Wait) ID() string { return s.StepID }
 func (s *Wait) Host() string { return s.HostName }
 
 // Check implements step.Step.
-func (s *Wait) Check(ctx context.Context) (step.Plan, error) { return step.Plan{Note: s.Path + " is " + s.Want}, nil }
+func (s *Wait) Check(ctx context.Context) (step.Plan, error) {
+	return step.Plan{Note: s.Path + " is " + s.Want}, nil
+}
 
 // Apply implements step.Step; it is never called, the plan being empty.
-func (s *Wait) Apply(ctx context.Context, p step.Plan) error { panic("steptest.Wait has nothing to apply") }
+func (s *Wait) Apply(ctx context.Context, p step.Plan) error {
+	panic("steptest.Wait has nothing to apply")
+}
 
 // Observe implements step.Waiter.
 func (s *Wait) Observe(ctx context.Context) (bool, string, error) {
