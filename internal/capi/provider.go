@@ -111,6 +111,9 @@ func (s *ProviderStep) Observe(ctx context.Context) (bool, string, error) {
 		return false, "the cluster does not exist yet", nil
 	}
 	_, ok, why, err := s.observe(ctx)
+	if !ok && why != "" {
+		why = s.P.Ref() + " not Ready: " + why
+	}
 	return ok, why, err
 }
 

@@ -397,12 +397,8 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 	if err != nil {
 		return usageError{err}
 	}
-	sel := map[step.Tag]bool{}
-	for _, p := range selected {
-		sel[p.Tag] = true
-	}
 	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: x, Retry: remote.Retry{Attempts: 2}}
-	r := health.Run(ctx, phase.StatusChecks(s), sel)
+	r := health.Run(ctx, selected, phase.StatusExtras(s))
 	if g.output == "json" {
 		err = health.WriteJSON(o.Out, r, x)
 	} else {

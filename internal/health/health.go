@@ -1,7 +1,9 @@
-// Package health is `mgmtctl status`: a list of read-only checks, one
-// question each ("is the VM running?", "is the proxmox provider Ready at
-// its pin?"), run in phase order, and their report as a table or JSON. A
-// check whose prerequisite failed is skipped, so one cause is named once.
+// Package health is `mgmtctl status`: the phases' own steps looked at the
+// way a check run looks at them (each step's Check, and one Observe of a
+// Waiter), so status decides nothing that convergence does not, plus the
+// few observations only status makes (a laptop's kubeconfig reaches its
+// server), reported as a table or JSON. A line that follows from one named
+// before it is skipped, so a cause is named once.
 package health
 
 import (
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mgmtctl/mgmtctl/internal/engine"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -50,16 +53,11 @@ func Bad(next, format string, args ...any) Finding {
 	return Finding{Detail: fmt.Sprintf(format, args...), Next: next}
 }
 
-// Check is one question.
+// Check is an observation only status makes, after its phase's steps are
+// all as configured.
 type Check struct {
-	Phase step.Tag
-	Name  string
-	// Needs names earlier checks that must be OK for this one to mean
-	// anything; when one ran and was not, this one is skipped, so a cause
-	// is named once. A needed check outside the selected phases is not
-	// waited for.
-	Needs []string
-	Run   func(ctx context.Context) Finding
+	Name string
+	Run  func(ctx context.Context) Finding
 }
 
 // Line is one check's result in the report.
@@ -77,36 +75,103 @@ type Report struct {
 	Lines   []Line `json:"checks"`
 }
 
-// Run runs the checks of the selected phases in order.
-func Run(ctx context.Context, checks []Check, selected map[step.Tag]bool) Report {
+// Run looks at the phases in order: a check run of each (its hosts must be
+// behind the read-only gate, its cluster client dry-run: the session's
+// business), one line per step, then the phase's extra checks when all its
+// steps are as configured. A step with changes pending is "not as
+// configured" and says which apply to run; a wait pending after that cause
+// in the same phase, and every phase after it, is skipped, naming it.
+func Run(ctx context.Context, phases []step.Phase, extra map[step.Tag][]Check) Report {
 	r := Report{Healthy: true}
-	state := map[string]State{}
-	for _, c := range checks {
-		if !selected[c.Phase] {
+	blocked := ""
+	for _, p := range phases {
+		if blocked != "" {
+			for _, s := range p.Steps {
+				r.Lines = append(r.Lines, Line{Phase: p.Tag, Check: s.ID(), State: Skipped, Detail: "needs " + blocked})
+			}
 			continue
 		}
-		l := Line{Phase: c.Phase, Check: c.Name}
-		blocked := ""
-		for _, n := range c.Needs {
-			if st, ran := state[n]; ran && st != OK {
-				blocked = n
-				break
+		var ends ends
+		_, _ = engine.Run(ctx, []step.Phase{p}, engine.Options{Check: true}, &ends)
+		cause := ""
+		for _, e := range ends {
+			l := lineOf(e)
+			if l.State == Unhealthy && cause != "" && onlyWaits(e.Changes) {
+				l.State, l.Detail, l.Next = Skipped, "needs "+cause, ""
+			}
+			if l.State == Unhealthy && cause == "" {
+				cause = string(p.Tag) + "/" + e.Step
+			}
+			r.Lines = append(r.Lines, l)
+		}
+		if cause == "" {
+			for _, c := range extra[p.Tag] {
+				f := c.Run(ctx)
+				l := Line{Phase: p.Tag, Check: c.Name, Detail: f.Detail, Next: f.Next}
+				if !f.OK {
+					l.State = Unhealthy
+					cause = string(p.Tag) + "/" + c.Name
+				}
+				r.Lines = append(r.Lines, l)
 			}
 		}
-		if blocked != "" {
-			l.State, l.Detail = Skipped, "needs "+blocked
-		} else {
-			f := c.Run(ctx)
-			l.Detail, l.Next = f.Detail, f.Next
-			if !f.OK {
-				l.State = Unhealthy
-				r.Healthy = false
-			}
+		if cause != "" {
+			blocked, r.Healthy = cause, false
 		}
-		state[c.Name] = l.State
-		r.Lines = append(r.Lines, l)
 	}
 	return r
+}
+
+// ends collects the step-end events of a check run.
+type ends []engine.Event
+
+func (e *ends) Event(ev engine.Event) {
+	if ev.Kind == engine.StepEnd {
+		*e = append(*e, ev)
+	}
+}
+
+func lineOf(e engine.Event) Line {
+	l := Line{Phase: e.Phase, Check: e.Step, Detail: e.Note}
+	apply := "mgmtctl apply --tags " + string(e.Phase)
+	switch {
+	case e.Outcome == step.Failed:
+		l.State, l.Next = Unhealthy, "fix the cause, then "+apply+"; docs/troubleshooting.md"
+		if e.Err != nil {
+			l.Detail = strings.TrimPrefix(e.Err.Error(), "check: ")
+		}
+	case e.Outcome == step.Changed:
+		parts := make([]string, len(e.Changes))
+		for i, c := range e.Changes {
+			parts[i] = c.Summary
+		}
+		l.State, l.Detail, l.Next = Unhealthy, "not as configured: "+strings.Join(parts, "; "), apply
+		if onlyWaits(e.Changes) {
+			l.Detail = strings.Join(parts, "; ")
+		}
+	case e.Outcome == step.Skipped:
+		l.State = Skipped
+	case len(e.Warnings) > 0:
+		l.State, l.Detail = Unhealthy, strings.Join(e.Warnings, "; ")
+		l.Next = "mgmtctl leaves this alone: change it by hand, or mgmt.yaml"
+	}
+	if l.Detail == "" && e.Step == "gather-facts" {
+		l.Detail = "facts gathered"
+		if e.Host != "" && e.Host != "laptop" {
+			l.Detail = e.Host + " reached; facts gathered"
+		}
+	}
+	return l
+}
+
+// onlyWaits says the changes are states still to be waited for.
+func onlyWaits(cs []step.Change) bool {
+	for _, c := range cs {
+		if c.Action != step.Wait {
+			return false
+		}
+	}
+	return len(cs) > 0
 }
 
 // Unhealthy lists the checks that failed, as phase/check.

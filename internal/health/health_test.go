@@ -3,12 +3,14 @@ package health
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -17,47 +19,86 @@ type mask struct{}
 
 func (mask) String(s string) string { return strings.ReplaceAll(s, "s3cret", "********") }
 
-func checks(ran *[]string) []Check {
-	run := func(name string, f Finding) func(context.Context) Finding {
-		return func(context.Context) Finding { *ran = append(*ran, name); return f }
-	}
-	return []Check{
-		{Phase: step.TagVM, Name: "vm", Run: run("vm", Bad("mgmtctl apply --tags vm (starts it)", "VM 110 (lab-mgmt) is stopped"))},
-		{Phase: step.TagK3s, Name: "ssh-vm", Needs: []string{"vm"}, Run: run("ssh-vm", Good("answers"))},
-		{Phase: step.TagCAPI, Name: "proxmox-token", Run: run("proxmox-token", Bad("check the token", "rejected s3cret"))},
-		{Phase: step.TagCAPI, Name: "provider-core", Needs: []string{"node"}, Run: run("provider-core", Good("Ready"))},
+// world: the VM phase as configured but for a Waiter; k3s as configured
+// with a failing extra; capi with a secret in a pending change.
+func phases(w *steptest.World) []step.Phase {
+	return []step.Phase{
+		{Tag: step.TagVM, Steps: []step.Step{
+			&steptest.File{StepID: "image", HostName: "pve", Path: "/img", Content: "image", W: w},
+			&steptest.File{StepID: "start-vm", HostName: "pve", Path: "/vm", Content: "running", W: w},
+			&steptest.Wait{StepID: "wait-ssh", HostName: "vm", Path: "/vm", Want: "running", W: w},
+		}},
+		{Tag: step.TagK3s, Steps: []step.Step{
+			&steptest.File{StepID: "config", HostName: "vm", Path: "/etc/k3s.yaml", Content: "tls-san: x", W: w},
+		}},
+		{Tag: step.TagCAPI, Steps: []step.Step{
+			&steptest.File{StepID: "variables", HostName: "vm", Path: "/secret", Content: "s3cret", W: w},
+		}},
 	}
 }
 
 func TestRun(t *testing.T) {
-	all := map[step.Tag]bool{step.TagVM: true, step.TagK3s: true, step.TagCAPI: true}
+	extra := func(ran *[]string) map[step.Tag][]Check {
+		return map[step.Tag][]Check{
+			step.TagVM:  {{Name: "vm-extra", Run: func(context.Context) Finding { *ran = append(*ran, "vm-extra"); return Good("fine") }}},
+			step.TagK3s: {{Name: "k3s-extra", Run: func(context.Context) Finding { *ran = append(*ran, "k3s-extra"); return Bad("do this", "broken") }}},
+		}
+	}
 	tests := []struct {
-		name      string
-		selected  map[step.Tag]bool
-		ran       string
-		unhealthy string
+		name               string
+		files              map[string]string
+		ran                string
+		unhealthy, skipped string
 	}{
-		// ssh-vm is skipped: its cause is named once, by vm. provider-core
-		// needs a check that did not run, so it runs.
-		{"all", all, "vm,proxmox-token,provider-core", "vm/vm,capi/proxmox-token"},
-		// Without the vm phase, nothing blocks ssh-vm.
-		{"k3s and capi only", map[step.Tag]bool{step.TagK3s: true, step.TagCAPI: true}, "ssh-vm,proxmox-token,provider-core", "capi/proxmox-token"},
-		{"nothing selected", map[step.Tag]bool{}, "", ""},
+		// start-vm is the cause; wait-ssh waits on it, so it is skipped,
+		// and so is every later phase; no extra of a phase not as
+		// configured runs.
+		{"vm stopped", map[string]string{"/img": "image", "/etc/k3s.yaml": "tls-san: x"}, "", "vm/start-vm", "vm/wait-ssh,k3s/config,capi/variables"},
+		// All steps as configured: the extras run; k3s's fails and is the
+		// cause for what follows.
+		{"extra fails", map[string]string{"/img": "image", "/vm": "running", "/etc/k3s.yaml": "tls-san: x"}, "vm-extra,k3s-extra", "k3s/k3s-extra", "capi/variables"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			w := steptest.NewWorld()
+			for k, v := range tt.files {
+				w.Set(k, v)
+			}
 			var ran []string
-			r := Run(context.Background(), checks(&ran), tt.selected)
-			if strings.Join(ran, ",") != tt.ran || strings.Join(r.Unhealthy(), ",") != tt.unhealthy || r.Healthy != (tt.unhealthy == "") {
-				t.Errorf("ran %v, unhealthy %v, healthy %v", ran, r.Unhealthy(), r.Healthy)
+			r := Run(context.Background(), phases(w), extra(&ran))
+			var skipped []string
+			for _, l := range r.Lines {
+				if l.State == Skipped {
+					skipped = append(skipped, string(l.Phase)+"/"+l.Check)
+				}
+			}
+			if strings.Join(ran, ",") != tt.ran || strings.Join(r.Unhealthy(), ",") != tt.unhealthy || strings.Join(skipped, ",") != tt.skipped || r.Healthy {
+				t.Errorf("ran %v, unhealthy %v, skipped %v, healthy %v", ran, r.Unhealthy(), skipped, r.Healthy)
+			}
+			if len(w.Mutations()) != 0 {
+				t.Errorf("status changed the world: %v", w.Mutations())
 			}
 		})
+	}
+	// As configured: healthy, every step ok.
+	w := steptest.NewWorld()
+	for k, v := range map[string]string{"/img": "image", "/vm": "running", "/etc/k3s.yaml": "tls-san: x", "/secret": "s3cret"} {
+		w.Set(k, v)
+	}
+	if r := Run(context.Background(), phases(w), nil); !r.Healthy || len(r.Lines) != 5 {
+		t.Errorf("as configured: %+v", r)
 	}
 }
 
 func TestWriteGolden(t *testing.T) {
-	var ran []string
-	r := Run(context.Background(), checks(&ran), map[step.Tag]bool{step.TagVM: true, step.TagK3s: true, step.TagCAPI: true})
+	w := steptest.NewWorld()
+	w.Set("/img", "image")
+	w.Set("/vm", "running")
+	ps := phases(w)
+	// A failure whose message holds a secret: masked in both renderings.
+	ps[1].Steps = append(ps[1].Steps, &steptest.File{StepID: "token", HostName: "vm", Path: "/t", W: w, CheckErr: errors.New("token s3cret rejected")})
+	w.Set("/etc/k3s.yaml", "tls-san: x")
+	r := Run(context.Background(), ps, map[step.Tag][]Check{step.TagVM: {{Name: "vm-extra", Run: func(context.Context) Finding { return Good("extra fine") }}}})
 	for _, f := range []struct {
 		file  string
 		write func(*bytes.Buffer) error

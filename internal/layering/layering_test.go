@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"capi":        below,
 	"kubeconfig":  below,
 	"inspector":   append([]string{"kubeconfig"}, below...),
-	"health":      {"step"},
+	"health":      {"engine", "step"},
 	"engine":      {"step"},
 	"ui":          {"engine", "step", "diff", "redact"},
 	"runlog":      {"engine", "redact"},

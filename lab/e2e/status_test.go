@@ -58,11 +58,12 @@ func TestStatus(t *testing.T) {
 	mustSucceed(t, e.apply(), "apply")
 	before := e.clusterState()
 	rep, code, out := e.status()
-	if code != 0 || !rep.Healthy || len(rep.Checks) != 18 {
+	// One line per step of every phase, and the three only status makes.
+	if code != 0 || !rep.Healthy || len(rep.Checks) != 34 {
 		t.Fatalf("converged: exit %d\n%s", code, out)
 	}
 	// The server's version is the pinned k3s release, as real k3s reports.
-	if r := e.mgmtctl("status"); r.Code != 0 || !strings.Contains(r.Stdout, "healthy: 18 checks ok, and as configured") || !strings.Contains(r.Stdout, "(Kubernetes v1.35.7+k3s1)") {
+	if r := e.mgmtctl("status"); r.Code != 0 || !strings.Contains(r.Stdout, "healthy: 34 checks ok, and as configured") || !strings.Contains(r.Stdout, "(Kubernetes v1.35.7+k3s1)") {
 		t.Errorf("text: %+v", r)
 	}
 	if after := e.clusterState(); after != before {
@@ -114,12 +115,13 @@ func TestStatus(t *testing.T) {
 		t.Errorf("never-ready status: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
 	}
 
-	// The VM stopped: named once, what depends on it skipped.
+	// The VM stopped: named once (the step that would start it), what
+	// waits on it skipped.
 	if r := e.PVE("qm stop 110"); r.Code != 0 {
 		t.Fatalf("qm stop: %+v", r)
 	}
 	rep, code, out = e.status()
-	if code != 1 || rep.unhealthy() != "vm/vm" || !strings.Contains(out, "VM 110 (lab-mgmt) is stopped") || !strings.Contains(out, "mgmtctl apply --tags vm") {
+	if code != 1 || rep.unhealthy() != "vm/start-vm" || !strings.Contains(out, "not as configured: start VM 110") || !strings.Contains(out, "mgmtctl apply --tags vm") || !strings.Contains(out, `"check":"wait-ssh","state":"skipped","detail":"needs vm/start-vm"`) {
 		t.Errorf("stopped VM: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
 	}
 }
