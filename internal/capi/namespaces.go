@@ -39,7 +39,8 @@ func (s *Namespaces) Check(ctx context.Context) (step.Plan, error) {
 			missing = apierrors.IsNotFound(err)
 		}
 		if missing {
-			p.Changes = append(p.Changes, step.Change{Target: "namespace/" + pr.Namespace, Action: step.Create, Summary: "create namespace " + pr.Namespace})
+			p.Changes = append(p.Changes, step.Change{Target: "namespace/" + pr.Namespace, Action: step.Create, Summary: "create namespace " + pr.Namespace,
+				Payload: corev1ac.Namespace(pr.Namespace).WithLabels(map[string]string{ManagedBy: "mgmtctl"})})
 		}
 	}
 	if p.Empty() {
@@ -48,13 +49,13 @@ func (s *Namespaces) Check(ctx context.Context) (step.Plan, error) {
 	return p, nil
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it server-side applies the planned
+// namespaces.
 func (s *Namespaces) Apply(ctx context.Context, p step.Plan) error {
 	for _, c := range p.Changes {
-		ns := strings.TrimPrefix(c.Target, "namespace/")
-		if _, err := s.C.API().Typed.CoreV1().Namespaces().Apply(ctx, corev1ac.Namespace(ns).WithLabels(map[string]string{ManagedBy: "mgmtctl"}),
-			metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-			return fmt.Errorf("create namespace %s: %w", ns, err)
+		ns := c.Payload.(*corev1ac.NamespaceApplyConfiguration)
+		if _, err := s.C.API().Typed.CoreV1().Namespaces().Apply(ctx, ns, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+			return fmt.Errorf("create namespace %s: %w", *ns.Name, err)
 		}
 	}
 	return nil

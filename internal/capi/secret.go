@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -66,9 +67,12 @@ func (s *Variables) Check(ctx context.Context) (step.Plan, error) {
 			}
 		}
 		target := "secret/" + pr.Namespace + "/" + name
+		sec := corev1ac.Secret(name, pr.Namespace).
+			WithLabels(map[string]string{ManagedBy: "mgmtctl", VariablesFor: variablesFor(pr)}).
+			WithType("Opaque").WithStringData(vars)
 		p.Changes = append(p.Changes, step.Change{Target: target, Action: step.Create,
 			Summary: fmt.Sprintf("create Secret %s/%s with the variables of %s", pr.Namespace, name, pr.Ref()),
-			Diff:    &step.Diff{Path: target, After: Redacted(vars)}})
+			Diff:    &step.Diff{Path: target, After: Redacted(vars)}, Payload: sec})
 	}
 	if p.Empty() {
 		p.Note = "variables Secrets " + strings.Join(names, ", ") + " exist"
@@ -76,26 +80,12 @@ func (s *Variables) Check(ctx context.Context) (step.Plan, error) {
 	return p, nil
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it server-side applies the planned Secrets.
 func (s *Variables) Apply(ctx context.Context, p step.Plan) error {
-	want := map[string]bool{}
 	for _, c := range p.Changes {
-		want[c.Target] = true
-	}
-	for _, pr := range s.C.Providers() {
-		vars := s.C.Variables(pr)
-		if vars == nil {
-			continue
-		}
-		name := SecretName(pr, vars)
-		if !want["secret/"+pr.Namespace+"/"+name] {
-			continue
-		}
-		sec := corev1ac.Secret(name, pr.Namespace).
-			WithLabels(map[string]string{ManagedBy: "mgmtctl", VariablesFor: variablesFor(pr)}).
-			WithType("Opaque").WithStringData(vars)
-		if _, err := s.C.API().Typed.CoreV1().Secrets(pr.Namespace).Apply(ctx, sec, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-			return fmt.Errorf("create Secret %s/%s: %w", pr.Namespace, name, err)
+		sec := c.Payload.(*corev1ac.SecretApplyConfiguration)
+		if _, err := s.C.API().Typed.CoreV1().Secrets(*sec.Namespace).Apply(ctx, sec, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+			return fmt.Errorf("create Secret %s/%s: %w", *sec.Namespace, *sec.Name, err)
 		}
 	}
 	return nil
@@ -136,7 +126,8 @@ func (s *Prune) Check(ctx context.Context) (step.Plan, error) {
 				continue
 			}
 			p.Changes = append(p.Changes, step.Change{Target: "secret/" + pr.Namespace + "/" + sec.Name, Action: step.Delete,
-				Summary: fmt.Sprintf("delete Secret %s/%s, replaced by %s", pr.Namespace, sec.Name, current)})
+				Summary: fmt.Sprintf("delete Secret %s/%s, replaced by %s", pr.Namespace, sec.Name, current),
+				Payload: types.NamespacedName{Namespace: pr.Namespace, Name: sec.Name}})
 		}
 	}
 	if p.Empty() {
@@ -148,9 +139,9 @@ func (s *Prune) Check(ctx context.Context) (step.Plan, error) {
 // Apply implements step.Step.
 func (s *Prune) Apply(ctx context.Context, p step.Plan) error {
 	for _, c := range p.Changes {
-		ns, name, _ := strings.Cut(strings.TrimPrefix(c.Target, "secret/"), "/")
-		if err := s.C.API().Typed.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete Secret %s/%s: %w", ns, name, err)
+		n := c.Payload.(types.NamespacedName)
+		if err := s.C.API().Typed.CoreV1().Secrets(n.Namespace).Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete Secret %s: %w", n, err)
 		}
 	}
 	return nil

@@ -121,33 +121,34 @@ func (s *RBAC) Check(ctx context.Context) (step.Plan, error) {
 	if err != nil {
 		return step.Plan{}, err
 	}
+	sa, cr, crb := s.desired(rules)
 	var p step.Plan
-	add := func(target string, a step.Action, summary string) {
-		p.Changes = append(p.Changes, step.Change{Target: target, Action: a, Summary: summary})
+	add := func(target string, a step.Action, summary string, payload any) {
+		p.Changes = append(p.Changes, step.Change{Target: target, Action: a, Summary: summary, Payload: payload})
 	}
 	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Get(ctx, s.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		add("serviceaccount/"+s.Name, step.Create, "create ServiceAccount "+Namespace+"/"+s.Name)
+		add("serviceaccount/"+s.Name, step.Create, "create ServiceAccount "+Namespace+"/"+s.Name, sa)
 	} else if err != nil {
 		return step.Plan{}, err
 	}
-	cr, err := cs.RbacV1().ClusterRoles().Get(ctx, s.Name, metav1.GetOptions{})
+	cur, err := cs.RbacV1().ClusterRoles().Get(ctx, s.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		add("clusterrole/"+s.Name, step.Create, "create ClusterRole "+s.Name+" (read all but Secrets)")
+		add("clusterrole/"+s.Name, step.Create, "create ClusterRole "+s.Name+" (read all but Secrets)", cr)
 	case err != nil:
 		return step.Plan{}, err
-	case !reflect.DeepEqual(cr.Rules, rules):
-		add("clusterrole/"+s.Name, step.Update, "update ClusterRole "+s.Name+" to the API's current resources")
+	case !reflect.DeepEqual(cur.Rules, rules):
+		add("clusterrole/"+s.Name, step.Update, "update ClusterRole "+s.Name+" to the API's current resources", cr)
 	}
-	crb, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, s.Name, metav1.GetOptions{})
+	curB, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, s.Name, metav1.GetOptions{})
 	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: s.Name, Namespace: Namespace}}
 	switch {
 	case apierrors.IsNotFound(err):
-		add("clusterrolebinding/"+s.Name, step.Create, "create ClusterRoleBinding "+s.Name)
+		add("clusterrolebinding/"+s.Name, step.Create, "create ClusterRoleBinding "+s.Name, crb)
 	case err != nil:
 		return step.Plan{}, err
-	case !reflect.DeepEqual(crb.Subjects, wantSubj) || crb.RoleRef.Name != s.Name || crb.RoleRef.Kind != "ClusterRole":
-		add("clusterrolebinding/"+s.Name, step.Update, "update ClusterRoleBinding "+s.Name)
+	case !reflect.DeepEqual(curB.Subjects, wantSubj) || curB.RoleRef.Name != s.Name || curB.RoleRef.Kind != "ClusterRole":
+		add("clusterrolebinding/"+s.Name, step.Update, "update ClusterRoleBinding "+s.Name, crb)
 	}
 	if p.Empty() {
 		p.Note = "ServiceAccount, ClusterRole and binding " + s.Name + " as desired"
@@ -155,30 +156,40 @@ func (s *RBAC) Check(ctx context.Context) (step.Plan, error) {
 	return p, nil
 }
 
-// Apply implements step.Step: server-side apply with one field owner.
-func (s *RBAC) Apply(ctx context.Context, p step.Plan) error {
-	cs := s.Client()
-	rules, err := s.desiredRules(ctx)
-	if err != nil {
-		return err
-	}
-	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+// desired are the three objects, as server-side apply configurations.
+func (s *RBAC) desired(rules []rbacv1.PolicyRule) (*corev1ac.ServiceAccountApplyConfiguration, *rbacv1ac.ClusterRoleApplyConfiguration, *rbacv1ac.ClusterRoleBindingApplyConfiguration) {
 	labels := map[string]string{"app.kubernetes.io/managed-by": "mgmtctl"}
-	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Apply(ctx, corev1ac.ServiceAccount(s.Name, Namespace).WithLabels(labels), opts); err != nil {
-		return fmt.Errorf("apply ServiceAccount %s: %w", s.Name, err)
-	}
+	sa := corev1ac.ServiceAccount(s.Name, Namespace).WithLabels(labels)
 	cr := rbacv1ac.ClusterRole(s.Name).WithLabels(labels)
 	for _, r := range rules {
 		cr.WithRules(rbacv1ac.PolicyRule().WithAPIGroups(r.APIGroups...).WithResources(r.Resources...).WithVerbs(r.Verbs...))
 	}
-	if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, cr, opts); err != nil {
-		return fmt.Errorf("apply ClusterRole %s: %w", s.Name, err)
-	}
 	crb := rbacv1ac.ClusterRoleBinding(s.Name).WithLabels(labels).
 		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup("rbac.authorization.k8s.io").WithKind("ClusterRole").WithName(s.Name)).
 		WithSubjects(rbacv1ac.Subject().WithKind("ServiceAccount").WithName(s.Name).WithNamespace(Namespace))
-	if _, err := cs.RbacV1().ClusterRoleBindings().Apply(ctx, crb, opts); err != nil {
-		return fmt.Errorf("apply ClusterRoleBinding %s: %w", s.Name, err)
+	return sa, cr, crb
+}
+
+// Apply implements step.Step: it server-side applies the planned objects,
+// with one field owner.
+func (s *RBAC) Apply(ctx context.Context, p step.Plan) error {
+	cs := s.Client()
+	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	for _, c := range p.Changes {
+		var err error
+		switch o := c.Payload.(type) {
+		case *corev1ac.ServiceAccountApplyConfiguration:
+			_, err = cs.CoreV1().ServiceAccounts(Namespace).Apply(ctx, o, opts)
+		case *rbacv1ac.ClusterRoleApplyConfiguration:
+			_, err = cs.RbacV1().ClusterRoles().Apply(ctx, o, opts)
+		case *rbacv1ac.ClusterRoleBindingApplyConfiguration:
+			_, err = cs.RbacV1().ClusterRoleBindings().Apply(ctx, o, opts)
+		default:
+			err = fmt.Errorf("nothing to apply yet (%T)", c.Payload)
+		}
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", c.Target, err)
+		}
 	}
 	return nil
 }
