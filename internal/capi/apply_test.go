@@ -62,7 +62,9 @@ func TestApplyRunsThePlan(t *testing.T) {
 		{"namespaces", func(c *Cluster) step.Step { return &Namespaces{C: c} },
 			func(c *step.Change) { c.Payload = corev1ac.Namespace("planned") }, `patch /planned {"kind":"Namespace","apiVersion":"v1","metadata":{"name":"planned"}}`},
 		{"variables", func(c *Cluster) step.Step { return &Variables{C: c} },
-			func(c *step.Change) { c.Payload = corev1ac.Secret("planned", "ns").WithStringData(map[string]string{"K": "v"}) },
+			func(c *step.Change) {
+				c.Payload = corev1ac.Secret("planned", "ns").WithStringData(map[string]string{"K": "v"})
+			},
 			`patch ns/planned {"kind":"Secret","apiVersion":"v1","metadata":{"name":"planned","namespace":"ns"},"stringData":{"K":"v"}}`},
 		{"provider", func(c *Cluster) step.Step { return &ProviderStep{C: c, P: c.Providers()[0]} },
 			func(c *step.Change) {
