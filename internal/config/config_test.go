@@ -148,6 +148,13 @@ func TestBadConfigs(t *testing.T) {
 		{"vmid too high", "id: 110", "id: 1000000000", `:18: spec.vm.id: must be from 100 to 999999999`},
 		{"vmid missing", "    id: 110\n", "", `:17: spec.vm.id: is required`},
 		{"vmid not a number", "id: 110", "id: one-ten", `:18: spec.vm.id: must be a whole number (got "one-ten")`},
+		// A value written empty or zero is validated as written, never
+		// replaced by the default (which only a field left out gets).
+		{"cores written zero", "cores: 2", "cores: 0", `:19: spec.vm.cores: must be from 2 to 512 (k3s with cert-manager, the operator and five providers needs 2 or more) (got "0")`},
+		{"vlan written zero", "vlan: 4", "vlan: 0", `:23: spec.vm.vlan: must be from 1 to 4094; leave it out for an untagged port (got "0")`},
+		{"kubeconfig path written empty", "path: ~/.kube/lab-mgmt.kubeconfig", `path: ""`, `:45: spec.kubeconfig.path: is empty: write a value, or leave the field out for the default (~/.kube/lab-mgmt.kubeconfig)`},
+		{"bridge written empty", "bridge: vmbr0", `bridge: ""`, `:22: spec.vm.bridge: is empty: write a value, or leave the field out for the default (vmbr0)`},
+		{"tokenTTL written empty", "tokenTTL: 168h", `tokenTTL: ""`, `:48: spec.inspector.tokenTTL: is empty`},
 		{"too few cores", "cores: 2", "cores: 1", `:19: spec.vm.cores: must be from 2 to 512 (k3s with cert-manager, the operator and five providers needs 2 or more) (got "1")`},
 		{"too little memory", "memoryMiB: 4096", "memoryMiB: 2048", `:20: spec.vm.memoryMiB: must be from 3072 to`},
 		{"too little disk", "diskGiB: 30", "diskGiB: 10", `:21: spec.vm.diskGiB: must be from 20 to`},

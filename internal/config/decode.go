@@ -64,6 +64,9 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return // an explicit null leaves the default in place
 	}
+	if d.r.set != nil {
+		d.r.set[path] = true
+	}
 	switch v.Kind() {
 	case reflect.Struct:
 		d.structure(n, v, path)

@@ -1,8 +1,8 @@
 package config
 
 import (
+	"fmt"
 	"net"
-	"strings"
 )
 
 // The pins mgmtctl ships with. docs/versions.md says where each was checked.
@@ -38,46 +38,65 @@ var supportedProviders = map[ProviderType]knownProvider{
 	ProviderIPAM:           {"in-cluster", "capi-ipam-in-cluster-system", DefaultIPAMVersion},
 }
 
-// applyDefaults fills every field that has a sensible default. It runs after
-// decoding and before validation, so validation sees the effective config.
-func applyDefaults(c *ManagementCluster) {
+// applyDefaults fills every field the file leaves out (set says which it
+// gives a value; an explicit null counts as left out). It runs after
+// decoding and before validation, so validation sees the effective config,
+// and a field written empty or zero is validated as written, not
+// replaced.
+//
+// It returns the default of every field that has one, by path, for the
+// errors about a field written empty.
+func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]string {
+	defaults := map[string]string{}
+	str := func(f *string, path, v string) {
+		defaults[path] = v
+		if !set(path) {
+			*f = v
+		}
+	}
+	num := func(f *int, path string, v int) {
+		defaults[path] = fmt.Sprint(v)
+		if !set(path) {
+			*f = v
+		}
+	}
 	s := &c.Spec
 	p := &s.Proxmox
-	setDefault(&p.User, "root")
-	if p.APIURL == "" && p.Host != "" {
+	str(&p.User, "spec.proxmox.user", "root")
+	if !set("spec.proxmox.apiURL") && p.Host != "" {
 		host := p.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
 		}
 		p.APIURL = "https://" + net.JoinHostPort(host, "8006")
 	}
-	setDefault(&p.Storage, "local-lvm")
-	setDefault(&p.ImageDir, "/var/lib/vz/template/iso")
+	str(&p.Storage, "spec.proxmox.storage", "local-lvm")
+	str(&p.ImageDir, "spec.proxmox.imageDir", "/var/lib/vz/template/iso")
 
-	setDefault(&s.Image.URL, DefaultImageURL)
+	str(&s.Image.URL, "spec.image.url", DefaultImageURL)
 	if s.Image.URL == DefaultImageURL {
-		setDefault(&s.Image.SHA256, DefaultImageSHA256)
+		str(&s.Image.SHA256, "spec.image.sha256", DefaultImageSHA256)
 	}
 
 	v := &s.VM
-	setDefaultInt(&v.Cores, 2)
-	setDefaultInt(&v.MemoryMiB, 4096)
-	setDefaultInt(&v.DiskGiB, 30)
-	setDefault(&v.Bridge, "vmbr0")
-	setDefault(&v.User, "ubuntu")
-	setDefault(&v.SSHPublicKeyFile, "~/.ssh/id_ed25519.pub")
-	if len(v.Nameservers) == 0 && v.Gateway != "" {
+	num(&v.Cores, "spec.vm.cores", 2)
+	num(&v.MemoryMiB, "spec.vm.memoryMiB", 4096)
+	num(&v.DiskGiB, "spec.vm.diskGiB", 30)
+	str(&v.Bridge, "spec.vm.bridge", "vmbr0")
+	str(&v.User, "spec.vm.user", "ubuntu")
+	str(&v.SSHPublicKeyFile, "spec.vm.sshPublicKeyFile", "~/.ssh/id_ed25519.pub")
+	if !set("spec.vm.nameservers") && v.Gateway != "" {
 		v.Nameservers = []string{v.Gateway}
 	}
 
-	setDefault(&s.K3s.Version, DefaultK3sVersion)
-	setDefault(&s.K3s.InstallScriptURL, DefaultK3sInstallScript)
-	setDefault(&s.CertManager.Version, DefaultCertManager)
-	setDefault(&s.CertManager.Repo, DefaultCertManagerRepo)
-	setDefault(&s.ClusterAPIOperator.Version, DefaultOperator)
-	setDefault(&s.ClusterAPIOperator.Repo, DefaultOperatorRepo)
+	str(&s.K3s.Version, "spec.k3s.version", DefaultK3sVersion)
+	str(&s.K3s.InstallScriptURL, "spec.k3s.installScriptURL", DefaultK3sInstallScript)
+	str(&s.CertManager.Version, "spec.certManager.version", DefaultCertManager)
+	str(&s.CertManager.Repo, "spec.certManager.repo", DefaultCertManagerRepo)
+	str(&s.ClusterAPIOperator.Version, "spec.clusterAPIOperator.version", DefaultOperator)
+	str(&s.ClusterAPIOperator.Repo, "spec.clusterAPIOperator.repo", DefaultOperatorRepo)
 
-	if s.Providers == nil {
+	if !set("spec.providers") {
 		for _, t := range ProviderTypes {
 			k := supportedProviders[t]
 			s.Providers = append(s.Providers, Provider{Type: t, Name: k.name, Version: k.version})
@@ -85,30 +104,20 @@ func applyDefaults(c *ManagementCluster) {
 	}
 	for i := range s.Providers {
 		pr := &s.Providers[i]
+		at := fmt.Sprintf("spec.providers[%d].", i)
 		if k, ok := supportedProviders[pr.Type]; ok {
-			setDefault(&pr.Name, k.name)
+			str(&pr.Name, at+"name", k.name)
 			if pr.Name == k.name {
-				setDefault(&pr.Version, k.version)
-				setDefault(&pr.Namespace, k.namespace)
+				str(&pr.Version, at+"version", k.version)
+				str(&pr.Namespace, at+"namespace", k.namespace)
 			}
 		}
 	}
 
 	if c.Metadata.Name != "" {
-		setDefault(&s.Kubeconfig.Path, "~/.kube/"+c.Metadata.Name+".kubeconfig")
-		setDefault(&s.Inspector.Name, c.Metadata.Name+"-ro")
+		str(&s.Kubeconfig.Path, "spec.kubeconfig.path", "~/.kube/"+c.Metadata.Name+".kubeconfig")
+		str(&s.Inspector.Name, "spec.inspector.name", c.Metadata.Name+"-ro")
 	}
-	setDefault(&s.Inspector.TokenTTL, DefaultTokenTTL)
-}
-
-func setDefault(f *string, v string) {
-	if strings.TrimSpace(*f) == "" {
-		*f = v
-	}
-}
-
-func setDefaultInt(f *int, v int) {
-	if *f == 0 {
-		*f = v
-	}
+	str(&s.Inspector.TokenTTL, "spec.inspector.tokenTTL", DefaultTokenTTL)
+	return defaults
 }

@@ -65,7 +65,11 @@ func (es Errors) sorted() Errors {
 type report struct {
 	file  string
 	lines map[string]int
-	errs  Errors
+	// set holds the paths the file gives a value (null is no value): only
+	// the others get defaults, so a value written empty or zero is
+	// validated as written, never replaced.
+	set  map[string]bool
+	errs Errors
 }
 
 func (r *report) line(path string) int {

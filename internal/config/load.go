@@ -63,15 +63,15 @@ func Load(path, secretsPath string, env Env) (*Loaded, error) {
 		env.dir = filepath.Dir(abs)
 	}
 	l := &Loaded{Path: path, Env: env}
-	r := &report{file: path, lines: map[string]int{}}
+	r := &report{file: path, lines: map[string]int{}, set: map[string]bool{}}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: fmt.Sprintf("cannot read config: %v", unwrapPathError(err))}}
 	}
 	decode(data, &l.Cluster, r)
 	if len(r.errs) == 0 {
-		applyDefaults(&l.Cluster)
-		v := &validator{report: r, fs: env}
+		defaults := applyDefaults(&l.Cluster, func(p string) bool { return r.set[p] })
+		v := &validator{report: r, fs: env, defaults: defaults}
 		v.cluster(&l.Cluster)
 		if key, err := os.ReadFile(env.Expand(l.Cluster.Spec.VM.SSHPublicKeyFile)); err == nil {
 			l.AuthorizedKey = strings.TrimSpace(string(key))

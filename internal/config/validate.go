@@ -64,6 +64,8 @@ var reservedVariables = map[string]bool{"PROXMOX_URL": true, "PROXMOX_TOKEN": tr
 type validator struct {
 	*report
 	fs Env
+	// defaults are the defaults of the fields that have one, by path.
+	defaults map[string]string
 }
 
 func (v *validator) cluster(c *ManagementCluster) {
@@ -89,7 +91,11 @@ func (v *validator) cluster(c *ManagementCluster) {
 
 func (v *validator) required(p, val string) bool {
 	if strings.TrimSpace(val) == "" {
-		v.addNoValue(p, "is required")
+		if d, ok := v.defaults[p]; ok && v.set[p] {
+			v.addNoValue(p, "is empty: write a value, or leave the field out for the default (%s)", d)
+		} else {
+			v.addNoValue(p, "is required")
+		}
 		return false
 	}
 	return true
@@ -232,7 +238,7 @@ func (v *validator) vm(m *VM) {
 	if v.required("spec.vm.bridge", m.Bridge) && !ifName.MatchString(m.Bridge) {
 		v.add("spec.vm.bridge", m.Bridge, "must be a Linux bridge name (at most 15 characters)")
 	}
-	if m.VLAN != 0 {
+	if m.VLAN != 0 || v.set["spec.vm.vlan"] {
 		v.intRange("spec.vm.vlan", m.VLAN, 1, 4094, "; leave it out for an untagged port")
 	}
 
