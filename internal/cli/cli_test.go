@@ -397,8 +397,9 @@ func TestConcurrentRunFailsAtOnce(t *testing.T) {
 	release()
 	// With the lock free, the run gets through the connection and the lock,
 	// and gathers facts: this sshd is no Proxmox node, so qm is missing.
+	// The host is named once, by the engine.
 	code = e.run("apply", "-c", cfg, "--tags", "vm")
-	if code != ExitFailed || !strings.Contains(e.err.String(), "vm/gather-facts on pve: qm config 110 on pve exited 127") {
+	if code != ExitFailed || !strings.Contains(e.err.String(), "vm/gather-facts on pve: qm config 110 exited 127") || strings.Count(e.err.String(), "pve") != 1 {
 		t.Fatalf("exit %d:\n%s", code, e.err.String())
 	}
 	// Check mode takes no lock: it works while another run holds it.

@@ -27,7 +27,7 @@ func (s *GuestAgent) state(ctx context.Context) (installed, active bool, err err
 		remote.Query("systemctl", "is-active", "qemu-guest-agent"),
 	)
 	if err != nil {
-		return false, false, fmt.Errorf("check qemu-guest-agent on %s: %w", s.V.Name(), err)
+		return false, false, fmt.Errorf("check qemu-guest-agent: %w", err)
 	}
 	return strings.TrimSpace(string(res[0].Stdout)) == "install ok installed", strings.TrimSpace(string(res[1].Stdout)) == "active", nil
 }
@@ -60,7 +60,7 @@ func (s *GuestAgent) Check(ctx context.Context) (step.Plan, error) {
 func (s *GuestAgent) Apply(ctx context.Context, p step.Plan) error {
 	for _, c := range p.Changes {
 		if _, err := s.V.Host.Run(ctx, c.Payload.(remote.Cmd)); err != nil {
-			return fmt.Errorf("%s on %s: %w", c.Summary, s.V.Name(), err)
+			return fmt.Errorf("%s: %w", c.Summary, err)
 		}
 	}
 	return nil

@@ -109,7 +109,7 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 // Apply implements step.Step.
 func (s *Restart) Apply(ctx context.Context, p step.Plan) error {
 	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
-		return fmt.Errorf("restart k3s on %s: %w", s.V.Name(), err)
+		return fmt.Errorf("restart k3s: %w", err)
 	}
 	return nil
 }

@@ -48,14 +48,14 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 		if strings.Contains(msg, "guest agent is not running") {
 			return step.Plan{Skip: "the guest agent is not running yet"}, nil
 		}
-		return step.Plan{}, fmt.Errorf("qm guest exec %s on %s: %s", vmid, s.Name, msg)
+		return step.Plan{}, fmt.Errorf("qm guest exec %s: %s", vmid, msg)
 	}
 	var out struct {
 		ExitCode int    `json:"exitcode"`
 		Out      string `json:"out-data"`
 	}
 	if err := json.Unmarshal(res.Stdout, &out); err != nil || out.ExitCode != 0 {
-		return step.Plan{}, fmt.Errorf("qm guest exec %s on %s: cannot read %s: %q", vmid, s.Name, remote.HostKeyFile(pinned.Type()), res.Stdout)
+		return step.Plan{}, fmt.Errorf("qm guest exec %s: cannot read %s: %q", vmid, remote.HostKeyFile(pinned.Type()), res.Stdout)
 	}
 	key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(out.Out))
 	if err != nil {

@@ -57,14 +57,14 @@ func (s *Install) Apply(ctx context.Context, p step.Plan) error {
 	k := s.V.Cluster.Spec.K3s
 	step.Progress(ctx, "running the k3s installer for "+k.Version)
 	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
-		return fmt.Errorf("install k3s %s on %s: %w", k.Version, s.V.Name(), err)
+		return fmt.Errorf("install k3s %s: %w", k.Version, err)
 	}
 	s.V.InstalledThisRun = true
 	if err := s.V.Gather(ctx); err != nil {
 		return err
 	}
 	if s.V.Installed != k.Version {
-		return fmt.Errorf("install k3s %s on %s: k3s --version says %q afterwards", k.Version, s.V.Name(), s.V.Installed)
+		return fmt.Errorf("install k3s %s: k3s --version says %q afterwards", k.Version, s.V.Installed)
 	}
 	return nil
 }

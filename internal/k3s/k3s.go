@@ -51,7 +51,7 @@ func (v *VM) Gather(ctx context.Context) error {
 		remote.Query("sh", "-c", "command -v k3s >/dev/null || exit 127; k3s --version"),
 		remote.Query("systemctl", "is-active", "k3s"))
 	if err != nil {
-		return fmt.Errorf("read k3s version on %s: %w", v.Name(), err)
+		return fmt.Errorf("read the k3s version: %w", err)
 	}
 	v.Installed = ""
 	if res[0].ExitCode == 0 {

@@ -68,10 +68,10 @@ func (s *NodeReady) Wait(ctx context.Context) error {
 	// already waited for that (Type=notify).
 	cl, err := s.API(ctx)
 	if err != nil {
-		return fmt.Errorf("reach the API of k3s on %s: %w", s.V.Name(), err)
+		return fmt.Errorf("reach the API of k3s: %w", err)
 	}
 	if cl == nil {
-		return fmt.Errorf("%s does not exist on %s", KubeconfigPath, s.V.Name())
+		return fmt.Errorf("%s does not exist: is k3s installed?", KubeconfigPath)
 	}
 	step.Progress(ctx, "waiting for node "+s.V.Name()+" to be Ready")
 	return kube.WaitNodeReady(ctx, cl.Typed, s.V.Name())

@@ -64,10 +64,10 @@ func (s *Image) Apply(ctx context.Context, p step.Plan) error {
 	_, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
 	var ee *remote.ExitError
 	if errors.As(err, &ee) && ee.Code == 65 {
-		return fmt.Errorf("download image to %s on %s: %s; nothing was kept under the final name", s.N.ImagePath(), s.N.Name(), ee.Stderr)
+		return fmt.Errorf("download image to %s: %s; nothing was kept under the final name", s.N.ImagePath(), ee.Stderr)
 	}
 	if err != nil {
-		return fmt.Errorf("download image to %s on %s: %w", s.N.ImagePath(), s.N.Name(), err)
+		return fmt.Errorf("download image to %s: %w", s.N.ImagePath(), err)
 	}
 	s.N.Facts.ImageSHA256 = img.SHA256
 	return nil

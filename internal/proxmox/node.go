@@ -65,7 +65,7 @@ func (n *Node) Gather(ctx context.Context) error {
 		remote.Query("sha256sum", "--", n.ImagePath()),
 	)
 	if err != nil {
-		return fmt.Errorf("gather facts on %s: %w", n.Name(), err)
+		return fmt.Errorf("gather facts: %w", err)
 	}
 	f := Facts{}
 	switch {
@@ -74,7 +74,7 @@ func (n *Node) Gather(ctx context.Context) error {
 		f.Config = ParseConfig(string(res[0].Stdout))
 	case strings.Contains(string(res[0].Stderr), "does not exist"):
 	default:
-		return fmt.Errorf("qm config %s on %s exited %d: %s", n.VMID(), n.Name(), res[0].ExitCode, strings.TrimSpace(string(res[0].Stderr)))
+		return fmt.Errorf("qm config %s exited %d: %s", n.VMID(), res[0].ExitCode, strings.TrimSpace(string(res[0].Stderr)))
 	}
 	if f.VMExists {
 		f.Running = strings.TrimSpace(string(res[1].Stdout)) == "status: running"

@@ -62,7 +62,7 @@ func (s *Reachable) Observe(ctx context.Context) (bool, string, error) {
 	}
 	res, err := remote.ReadOnly(h).Run(ctx, remote.Query("cloud-init", "status"))
 	if err != nil {
-		return false, "", fmt.Errorf("cloud-init status on %s: %w", s.Host(), err)
+		return false, "", fmt.Errorf("cloud-init status: %w", err)
 	}
 	if out := strings.TrimSpace(string(res.Stdout)); !strings.HasSuffix(out, "status: done") {
 		return false, "cloud-init " + strings.TrimPrefix(lastLine(out), "status: "), nil
@@ -86,10 +86,10 @@ func (s *Reachable) Wait(ctx context.Context) error {
 	step.Progress(ctx, "waiting for cloud-init to finish")
 	res, err := h.Run(ctx, remote.Query("cloud-init", "status", "--wait"))
 	if err != nil {
-		return fmt.Errorf("wait for cloud-init on %s: %w", s.Host(), err)
+		return fmt.Errorf("wait for cloud-init: %w", err)
 	}
 	if out := strings.TrimSpace(string(res.Stdout)); !strings.HasSuffix(out, "status: done") {
-		return fmt.Errorf("cloud-init on %s did not finish cleanly: %s (see /var/log/cloud-init.log on the VM)", s.Host(), lastLine(out))
+		return fmt.Errorf("cloud-init did not finish cleanly: %s (see /var/log/cloud-init.log on the VM)", lastLine(out))
 	}
 	return nil
 }

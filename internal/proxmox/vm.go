@@ -86,8 +86,8 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 			Diff:    &step.Diff{Path: "qm create", After: line + "\n"}, Payload: c}}}, nil
 	}
 	if !n.Ours() {
-		return step.Plan{}, fmt.Errorf("VMID %s on %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
-			n.VMID(), n.Name(), n.Facts.Config["name"], n.Facts.Config["tags"], n.Cluster.Metadata.Name)
+		return step.Plan{}, fmt.Errorf("VMID %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
+			n.VMID(), n.Facts.Config["name"], n.Facts.Config["tags"], n.Cluster.Metadata.Name)
 	}
 	return step.Plan{Note: fmt.Sprintf("VM %s (%s) exists", n.VMID(), n.Cluster.Metadata.Name), Warnings: s.Drift()}, nil
 }
@@ -123,16 +123,16 @@ func (s *CreateVM) Apply(ctx context.Context, p step.Plan) error {
 	c := p.Changes[0].Payload.(Creation)
 	if s.BeforeCreate != nil {
 		if err := s.BeforeCreate(); err != nil {
-			return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
+			return fmt.Errorf("create VM %s: %w", n.VMID(), err)
 		}
 	}
 	if _, err := n.Host.WriteFile(ctx, c.Keys); err != nil {
-		return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
+		return fmt.Errorf("create VM %s: %w", n.VMID(), err)
 	}
 	_, err := n.Host.Run(ctx, c.Create)
 	_, _ = n.Host.Run(ctx, remote.Command("rm", "-f", "--", c.Keys.Path))
 	if err != nil {
-		return fmt.Errorf("create VM %s on %s: %w", n.VMID(), n.Name(), err)
+		return fmt.Errorf("create VM %s: %w", n.VMID(), err)
 	}
 	n.Created = true
 	return n.Gather(ctx)
@@ -161,7 +161,7 @@ func (s *GrowDisk) Check(ctx context.Context) (step.Plan, error) {
 	}
 	cur, ok := n.DiskBytes()
 	if !ok {
-		return step.Plan{}, fmt.Errorf("VM %s on %s: cannot read scsi0's size from %q", n.VMID(), n.Name(), n.Facts.Config["scsi0"])
+		return step.Plan{}, fmt.Errorf("VM %s: cannot read scsi0's size from %q", n.VMID(), n.Facts.Config["scsi0"])
 	}
 	switch {
 	case cur == s.want():
@@ -188,13 +188,13 @@ func (s *GrowDisk) Apply(ctx context.Context, p step.Plan) error {
 	n := s.N
 	res, err := n.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
 	if err != nil {
-		return fmt.Errorf("grow disk of VM %s on %s: %w", n.VMID(), n.Name(), err)
+		return fmt.Errorf("grow disk of VM %s: %w", n.VMID(), err)
 	}
 	if err := n.Gather(ctx); err != nil {
 		return err
 	}
 	if cur, _ := n.DiskBytes(); cur != s.want() {
-		return fmt.Errorf("grow disk of VM %s on %s: size is still %s: %s", n.VMID(), n.Name(), human(cur), strings.TrimSpace(string(res.Stderr)))
+		return fmt.Errorf("grow disk of VM %s: size is still %s: %s", n.VMID(), human(cur), strings.TrimSpace(string(res.Stderr)))
 	}
 	return nil
 }
@@ -222,7 +222,7 @@ func (s *StartVM) Check(ctx context.Context) (step.Plan, error) {
 // Apply implements step.Step.
 func (s *StartVM) Apply(ctx context.Context, p step.Plan) error {
 	if _, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
-		return fmt.Errorf("start VM %s on %s: %w", s.N.VMID(), s.N.Name(), err)
+		return fmt.Errorf("start VM %s: %w", s.N.VMID(), err)
 	}
 	s.N.Started = true
 	return s.N.Gather(ctx)

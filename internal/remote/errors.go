@@ -15,7 +15,7 @@ type ExitError struct {
 }
 
 func (e *ExitError) Error() string {
-	msg := fmt.Sprintf("%s on %s exited %d", e.Cmd, e.Host, e.Code)
+	msg := fmt.Sprintf("%s exited %d", e.Cmd, e.Code)
 	if e.Stderr != "" {
 		msg += ": " + e.Stderr
 	}

@@ -20,17 +20,17 @@ func (g gate) Name() string { return g.h.Name() }
 
 func (g gate) Run(ctx context.Context, c Cmd) (Result, error) {
 	if !c.ReadOnly {
-		return Result{}, fmt.Errorf("%s on %s: %w", c.String(), g.h.Name(), ErrReadOnly)
+		return Result{}, fmt.Errorf("%s: %w", c.String(), ErrReadOnly)
 	}
 	return g.h.Run(ctx, c)
 }
 
 func (g gate) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error) {
-	return ReadFile(ctx, g, g.h.Name(), path, sudo)
+	return ReadFile(ctx, g, path, sudo)
 }
 
 func (g gate) WriteFile(ctx context.Context, f File) (bool, error) {
-	return false, fmt.Errorf("write %s on %s: %w", f.Path, g.h.Name(), ErrReadOnly)
+	return false, fmt.Errorf("write %s: %w", f.Path, ErrReadOnly)
 }
 
 // DialContext passes: reading the Kubernetes API needs a connection, and

@@ -60,7 +60,7 @@ func (c *Conn) Lock(ctx context.Context, holder string) (release func(), err err
 	}
 	if err := s.Start(line); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("lock %s on %s: %w", path, c.t.Name, err)
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	first, err := bufio.NewReader(stdout).ReadString('\n')
 	first = strings.TrimSpace(first)
@@ -81,5 +81,5 @@ func (c *Conn) Lock(ctx context.Context, holder string) (release func(), err err
 	if err == nil || errors.Is(err, io.EOF) {
 		err = werr
 	}
-	return nil, fmt.Errorf("lock %s on %s: %v: %s", path, c.t.Name, err, tail(stderr.String(), 3))
+	return nil, fmt.Errorf("lock %s: %v: %s", path, err, tail(stderr.String(), 3))
 }

@@ -133,15 +133,15 @@ const readScript = `if [ -e "$1" ]; then exec cat -- "$1"; fi; exit 44`
 const exitAbsent = 44
 
 // ReadFile reads path on h with cat; a missing file is fs.ErrNotExist.
-func ReadFile(ctx context.Context, r Runner, host, path string, sudo bool) ([]byte, error) {
+func ReadFile(ctx context.Context, r Runner, path string, sudo bool) ([]byte, error) {
 	c := Script(readScript, path).AsQuery().Allow(exitAbsent)
 	c.Sudo = sudo
 	res, err := r.Run(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("read %s on %s: %w", path, host, err)
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if res.ExitCode == exitAbsent {
-		return nil, fmt.Errorf("read %s on %s: %w", path, host, fs.ErrNotExist)
+		return nil, fmt.Errorf("read %s: %w", path, fs.ErrNotExist)
 	}
 	return res.Stdout, nil
 }
@@ -172,13 +172,13 @@ echo changed`
 
 // WriteFile writes f on r in one round trip, changing nothing when the file
 // already has f's content, mode and owner.
-func WriteFile(ctx context.Context, r Runner, host string, f File) (bool, error) {
+func WriteFile(ctx context.Context, r Runner, f File) (bool, error) {
 	sum := sha256Hex(f.Content)
 	c := Script(writeScript, f.Path, fmt.Sprintf("%o", f.Mode.Perm()), f.Owner, sum).WithStdin(f.Content)
 	c.Sudo = f.Sudo
 	res, err := r.Run(ctx, c)
 	if err != nil {
-		return false, fmt.Errorf("write %s on %s: %w", f.Path, host, err)
+		return false, fmt.Errorf("write %s: %w", f.Path, err)
 	}
 	switch out := string(bytes.TrimSpace(res.Stdout)); out {
 	case "changed":
@@ -186,6 +186,6 @@ func WriteFile(ctx context.Context, r Runner, host string, f File) (bool, error)
 	case "unchanged":
 		return false, nil
 	default:
-		return false, fmt.Errorf("write %s on %s: unexpected output %q", f.Path, host, out)
+		return false, fmt.Errorf("write %s: unexpected output %q", f.Path, out)
 	}
 }

@@ -386,12 +386,12 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 
 // ReadFile implements Host.
 func (c *Conn) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error) {
-	return ReadFile(ctx, c, c.t.Name, path, sudo)
+	return ReadFile(ctx, c, path, sudo)
 }
 
 // WriteFile implements Host.
 func (c *Conn) WriteFile(ctx context.Context, f File) (bool, error) {
-	return WriteFile(ctx, c, c.t.Name, f)
+	return WriteFile(ctx, c, f)
 }
 
 // DialContext implements Host: it opens a TCP connection from the host's

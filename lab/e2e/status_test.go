@@ -85,7 +85,7 @@ func TestStatus(t *testing.T) {
 	// A pin bumped without applying.
 	e.editConfig("  kubeconfig:", "  providers:\n    - {type: core, name: cluster-api, version: v1.12.11}\n    - {type: infrastructure, name: proxmox, version: v0.9.2}\n  kubeconfig:")
 	rep, code, out = e.status("--tags", "capi")
-	if code != 1 || rep.unhealthy() != "capi/provider-infrastructure" || !strings.Contains(out, "InfrastructureProvider capmox-system/proxmox is at v0.9.1, mgmt.yaml pins v0.9.2") {
+	if code != 1 || rep.unhealthy() != "capi/provider-infrastructure" || !strings.Contains(out, "not as configured: upgrade InfrastructureProvider capmox-system/proxmox from v0.9.1 to v0.9.2") {
 		t.Errorf("bumped pin: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
 	}
 	e.editConfig("  providers:\n    - {type: core, name: cluster-api, version: v1.12.11}\n    - {type: infrastructure, name: proxmox, version: v0.9.2}\n", "")

@@ -91,7 +91,7 @@ func TestVMIDTakenByAnotherVM(t *testing.T) {
 	mustSucceed(t, e.PVE("qm create 110 --name someone-else --memory 1024"), "qm create")
 	before := e.pveState()
 	r := e.apply("--tags", "vm")
-	if r.Code != 1 || !strings.Contains(r.Stderr, `VMID 110 on pve belongs to another VM (name "someone-else"`) {
+	if r.Code != 1 || !strings.Contains(r.Stderr, `vm/create-vm on pve: check: VMID 110 belongs to another VM (name "someone-else"`) {
 		t.Fatalf("exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	// The image step before it may have run; the VM is untouched.
