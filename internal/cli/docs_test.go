@@ -84,6 +84,9 @@ func schemaPaths(t reflect.Type, prefix string, out map[string]bool) {
 	case reflect.Struct:
 		for i := 0; i < t.NumField(); i++ {
 			name := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+			if name == "-" {
+				continue
+			}
 			p := name
 			if prefix != "" {
 				p = prefix + "." + name

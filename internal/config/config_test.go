@@ -1,11 +1,13 @@
 package config
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBNqX0ocPvUhqnXmSiE1X44IwvtNlnZ+0Zt4F3iHFNQR user@laptop\n"
@@ -49,6 +51,13 @@ func TestLoadValid(t *testing.T) {
 	}
 	if got := l.Cluster.Spec.VM.VLAN; got != 4 {
 		t.Errorf("vlan = %d", got)
+	}
+	// Values written as text come typed, parsed once.
+	if got := l.Cluster.Spec.VM.Net; got != netip.MustParsePrefix("192.0.2.50/24") {
+		t.Errorf("vm net = %v", got)
+	}
+	if got := l.Cluster.Spec.Inspector.TTL; got != 168*time.Hour {
+		t.Errorf("inspector ttl = %v", got)
 	}
 	if l.AuthorizedKey != strings.TrimSpace(testKey) {
 		t.Errorf("authorized key = %q", l.AuthorizedKey)
@@ -150,6 +159,7 @@ func TestBadConfigs(t *testing.T) {
 		{"vmid not a number", "id: 110", "id: one-ten", `:18: spec.vm.id: must be a whole number (got "one-ten")`},
 		// A value written empty or zero is validated as written, never
 		// replaced by the default (which only a field left out gets).
+		{"derived field written", "    cores: 2", "    cores: 2\n    net: 192.0.2.50/24", `:20: spec.vm.net: unknown field`},
 		{"cores written zero", "cores: 2", "cores: 0", `:19: spec.vm.cores: must be from 2 to 512 (k3s with cert-manager, the operator and five providers needs 2 or more) (got "0")`},
 		{"vlan written zero", "vlan: 4", "vlan: 0", `:23: spec.vm.vlan: must be from 1 to 4094; leave it out for an untagged port (got "0")`},
 		{"kubeconfig path written empty", "path: ~/.kube/lab-mgmt.kubeconfig", `path: ""`, `:45: spec.kubeconfig.path: is empty: write a value, or leave the field out for the default (~/.kube/lab-mgmt.kubeconfig)`},

@@ -131,6 +131,9 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		name := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+		if name == "-" {
+			continue // derived by Load, not written in the file
+		}
 		fields[name] = i
 		names = append(names, name)
 	}

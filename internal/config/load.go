@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net/netip"
+	"time"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -82,7 +84,16 @@ func Load(path, secretsPath string, env Env) (*Loaded, error) {
 	if len(errs) > 0 {
 		return nil, errs.sorted()
 	}
+	l.derive()
 	return l, nil
+}
+
+// derive parses, once, the values the file writes as text; validation has
+// already refused any that do not parse.
+func (l *Loaded) derive() {
+	s := &l.Cluster.Spec
+	s.VM.Net, _ = netip.ParsePrefix(s.VM.Address)
+	s.Inspector.TTL, _ = time.ParseDuration(s.Inspector.TokenTTL)
 }
 
 func (l *Loaded) loadSecrets(explicit string) Errors {

@@ -3,6 +3,11 @@
 // before any connection is opened.
 package config
 
+import (
+	"net/netip"
+	"time"
+)
+
 // APIVersion and Kind identify a management cluster config file.
 const (
 	APIVersion = "mgmtctl/v1alpha1"
@@ -67,6 +72,10 @@ type VM struct {
 	Nameservers      []string `yaml:"nameservers"`
 	User             string   `yaml:"user"`
 	SSHPublicKeyFile string   `yaml:"sshPublicKeyFile"`
+
+	// Net is Address parsed (the VM's IP and its prefix length), set by
+	// Load once the file is valid; code uses it, not Address.
+	Net netip.Prefix `yaml:"-"`
 }
 
 // K3s pins the Kubernetes distribution on the VM.
@@ -115,6 +124,9 @@ type Kubeconfig struct {
 type Inspector struct {
 	Name     string `yaml:"name"`
 	TokenTTL string `yaml:"tokenTTL"`
+
+	// TTL is TokenTTL parsed, set by Load once the file is valid.
+	TTL time.Duration `yaml:"-"`
 }
 
 // Secrets is the whole of secrets.yaml.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strings"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -38,8 +37,7 @@ func (s *Config) ID() string { return "config" }
 func (s *Config) Host() string { return s.V.Name() }
 
 func (s *Config) want() []byte {
-	ip, _, _ := strings.Cut(s.V.Cluster.Spec.VM.Address, "/")
-	return RenderConfig(ip)
+	return RenderConfig(s.V.Cluster.Spec.VM.Net.Addr().String())
 }
 
 // Check implements step.Step.

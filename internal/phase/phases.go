@@ -2,10 +2,9 @@ package phase
 
 import (
 	"context"
+	"net/netip"
 	"errors"
 	"io/fs"
-	"strings"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -208,8 +207,7 @@ func capiPhase(s *Session, a *clusterAccess) step.Phase {
 }
 
 func (a *clusterAccess) server() string {
-	addr, _, _ := strings.Cut(a.s.Config.Cluster.Spec.VM.Address, "/")
-	return "https://" + addr + ":6443"
+	return "https://" + netip.AddrPortFrom(a.s.Config.Cluster.Spec.VM.Net.Addr(), 6443).String()
 }
 
 func kubeconfigPhase(s *Session, a *clusterAccess) step.Phase {
@@ -231,7 +229,6 @@ func kubeconfigPhase(s *Session, a *clusterAccess) step.Phase {
 func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 	c := s.Config.Cluster
 	in := c.Spec.Inspector
-	ttl, _ := time.ParseDuration(in.TokenTTL) // validated with the config
 	client := func() kubernetes.Interface {
 		if a.cluster == nil {
 			return nil
@@ -243,7 +240,7 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.connect(ctx) },
 		Steps: []step.Step{
 			&inspector.RBAC{Name: in.Name, HostName: c.Metadata.Name, Client: client},
-			&inspector.KubeconfigFile{Name: in.Name, Path: s.Config.Env.Expand("~/.kube/" + in.Name + ".kubeconfig"), TTL: ttl,
+			&inspector.KubeconfigFile{Name: in.Name, Path: s.Config.Env.Expand("~/.kube/" + in.Name + ".kubeconfig"), TTL: in.TTL,
 				Cluster: func() (string, []byte, kubernetes.Interface, error) {
 					if a.cluster == nil {
 						return "", nil, nil, nil

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,8 +147,7 @@ func (s *Session) VMKnownHosts() string {
 // not met its host key yet.
 func (s *Session) newVMMarker() string {
 	c := s.Config.Cluster
-	addr, _, _ := strings.Cut(c.Spec.VM.Address, "/")
-	return s.Config.Env.Expand(fmt.Sprintf("~/.config/mgmtctl/new-vm-%d-%s", c.Spec.VM.ID, addr))
+	return s.Config.Env.Expand(fmt.Sprintf("~/.config/mgmtctl/new-vm-%d-%s", c.Spec.VM.ID, c.Spec.VM.Net.Addr()))
 }
 
 // MarkNewVM records that this run is about to create the VM.
@@ -162,10 +162,9 @@ func (s *Session) MarkNewVM() error {
 // VMTarget is the VM as an SSH target: its user, with sudo.
 func (s *Session) VMTarget() remote.Target {
 	vm := s.Config.Cluster.Spec.VM
-	addr, _, _ := strings.Cut(vm.Address, "/")
 	return remote.Target{
 		Name:       s.Config.Cluster.Metadata.Name,
-		Addr:       net.JoinHostPort(addr, "22"),
+		Addr:       netip.AddrPortFrom(vm.Net.Addr(), 22).String(),
 		User:       vm.User,
 		KnownHosts: []string{s.VMKnownHosts()},
 		Identities: s.identities(),

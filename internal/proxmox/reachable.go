@@ -31,8 +31,7 @@ func (s *Reachable) ID() string { return "wait-ssh" }
 func (s *Reachable) Host() string { return s.N.Cluster.Metadata.Name }
 
 func (s *Reachable) addr() string {
-	a, _, _ := strings.Cut(s.N.Cluster.Spec.VM.Address, "/")
-	return a
+	return s.N.Cluster.Spec.VM.Net.Addr().String()
 }
 
 // Check implements step.Step: a VM answering is waited for, not made.
