@@ -1,14 +1,14 @@
 package config
 
 import (
-	"net/netip"
-	"time"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // SecretEnv is the environment variable that carries the Proxmox token

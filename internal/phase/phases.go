@@ -2,9 +2,9 @@ package phase
 
 import (
 	"context"
-	"net/netip"
 	"errors"
 	"io/fs"
+	"net/netip"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
