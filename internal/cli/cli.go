@@ -304,7 +304,7 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 	if f.waitTimeout < 0 {
 		return usageError{fmt.Errorf("--wait-timeout must be positive, got %s", f.waitTimeout)}
 	}
-	s := &phase.Session{Config: l, Check: f.check, AcceptNewHostKey: f.acceptNew, WaitTimeout: f.waitTimeout, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	s := &phase.Session{Config: l, ReadOnly: f.check, AcceptNewHostKey: f.acceptNew, WaitTimeout: f.waitTimeout, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
 	all := o.Phases(s)
 	selected, err := engine.SelectPhases(all, parseTags(f.tags), parseTags(f.skipTags))
 	if err != nil {
@@ -391,7 +391,7 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 		return err
 	}
 	// A check session: every host behind the read-only gate, no lock.
-	s := &phase.Session{Config: l, Check: true, Redact: x.Add}
+	s := &phase.Session{Config: l, ReadOnly: true, Redact: x.Add}
 	defer s.Close()
 	selected, err := engine.SelectPhases(phase.Build(s), parseTags(tags), parseTags(skip))
 	if err != nil {

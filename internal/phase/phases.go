@@ -73,7 +73,7 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 			check.Node = pve
 			h, err := s.DialVM(ctx, false, false, nil)
 			if err != nil {
-				if s.Check && remote.IsUnreachable(err) && !isHostKeyErr(err) {
+				if s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err) {
 					// A check run before the VM exists: every step is pending.
 					return v.Name(), v.Gather(ctx)
 				}
@@ -113,14 +113,14 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	}
 	h, err := a.s.DialVM(ctx, false, false, nil)
 	if err != nil {
-		if a.s.Check && remote.IsUnreachable(err) && !isHostKeyErr(err) {
+		if a.s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err) {
 			a.done = true
 			return nil
 		}
 		return err
 	}
 	kc, err := h.ReadFile(ctx, k3s.KubeconfigPath, true)
-	if errors.Is(err, fs.ErrNotExist) && a.s.Check {
+	if errors.Is(err, fs.ErrNotExist) && a.s.ReadOnly {
 		a.done = true
 		return nil
 	}
@@ -130,7 +130,7 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.s.Redact != nil {
 		a.s.Redact(kubeconfig.Secrets(kc)...)
 	}
-	cl, err := kube.NewCluster(kc, h.DialContext, a.s.Check)
+	cl, err := kube.NewCluster(kc, h.DialContext, a.s.ReadOnly)
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (a *clusterAccess) connectVM(ctx context.Context) error {
 	if err := a.connect(ctx); err != nil {
 		return err
 	}
-	if a.vm == nil && !a.s.Check {
+	if a.vm == nil && !a.s.ReadOnly {
 		h, err := a.s.DialVM(ctx, false, false, nil)
 		if err != nil {
 			return err

@@ -22,12 +22,18 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
-// Session is what the phases of one run share: the config, whether the run
-// is a check, and the connections it opened.
+// Session is what the phases of one run share: the config, whether it may
+// change anything, and the connections it opened.
 type Session struct {
 	Config *config.Loaded
-	Check  bool
-	Dialer *remote.Dialer
+	// ReadOnly makes a session that cannot change anything (check mode,
+	// status): hosts behind the read-only gate and unlocked, a dry-run
+	// cluster client, no host key learned; and a VM or kubeconfig that
+	// does not exist yet is a state to report, not an error. Which steps
+	// run and whether to apply is the engine's business, not the
+	// session's.
+	ReadOnly bool
+	Dialer   *remote.Dialer
 	// Holder names this run in the host lock ("user@laptop pid 123").
 	Holder string
 	Log    *slog.Logger
@@ -111,7 +117,7 @@ func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, t remote.Targe
 			return nil, nil, err
 		}
 		hc = &hostConn{conn: c}
-		if !s.Check {
+		if !s.ReadOnly {
 			release, err := c.Lock(ctx, s.Holder)
 			if err != nil {
 				c.Close()
@@ -121,7 +127,7 @@ func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, t remote.Targe
 		}
 		s.conns[t.Addr] = hc
 	}
-	if s.Check {
+	if s.ReadOnly {
 		return remote.ReadOnly(hc.conn), hc.conn, nil
 	}
 	return hc.conn, hc.conn, nil
@@ -212,7 +218,7 @@ func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(
 		}
 		return nil, err
 	}
-	if key := conn.LearnedHostKey(); key != nil && !s.Check {
+	if key := conn.LearnedHostKey(); key != nil && !s.ReadOnly {
 		if err := remote.RememberHostKey(s.VMKnownHosts(), t.Addr, key); err != nil {
 			return nil, fmt.Errorf("record the VM's host key in %s: %w", s.VMKnownHosts(), err)
 		}
