@@ -61,8 +61,12 @@ func (k Kind) GVR() schema.GroupVersionResource {
 type Cluster struct {
 	Name string // the management cluster, as the recap shows it
 	// API is nil in a check run before the cluster exists.
-	API    func() *kube.Cluster
-	Config *config.ManagementCluster
+	API func() *kube.Cluster
+	// Configured are mgmt.yaml's providers, in its order; Providers
+	// gives them in install order.
+	Configured []config.Provider
+	// ProxmoxURL and TokenID are what CAPMOX is given beside the secret.
+	ProxmoxURL, TokenID string
 	// TokenSecret is PROXMOX_SECRET; it reaches the cluster only inside
 	// the variables Secret.
 	TokenSecret string
@@ -87,7 +91,7 @@ type Provider struct {
 func (c *Cluster) Providers() []Provider {
 	var out []Provider
 	for _, t := range config.ProviderTypes {
-		for _, p := range c.Config.Spec.Providers {
+		for _, p := range c.Configured {
 			if p.Type == t {
 				out = append(out, Provider{Provider: p, Kind: Kinds[t]})
 			}
@@ -108,8 +112,7 @@ func (c *Cluster) Variables(p Provider) map[string]string {
 		vars[k] = v
 	}
 	if p.Type == config.ProviderInfrastructure {
-		px := c.Config.Spec.Proxmox
-		vars["PROXMOX_URL"], vars["PROXMOX_TOKEN"], vars["PROXMOX_SECRET"] = px.APIURL, px.TokenID, c.TokenSecret
+		vars["PROXMOX_URL"], vars["PROXMOX_TOKEN"], vars["PROXMOX_SECRET"] = c.ProxmoxURL, c.TokenID, c.TokenSecret
 	}
 	if len(vars) == 0 {
 		return nil

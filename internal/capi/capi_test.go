@@ -16,15 +16,12 @@ import (
 const secret = "01234567-89ab-4cde-8f01-23456789abcd"
 
 func cluster() *Cluster {
-	c := &config.ManagementCluster{}
-	c.Spec.Proxmox = config.Proxmox{APIURL: "https://pve:8006", TokenID: "capmox@pve!capi"}
 	// Listed out of order on purpose: install order is core first.
-	c.Spec.Providers = []config.Provider{
+	return &Cluster{Name: "lab-mgmt", ProxmoxURL: "https://pve:8006", TokenID: "capmox@pve!capi", TokenSecret: secret, Configured: []config.Provider{
 		{Type: config.ProviderIPAM, Name: "in-cluster", Version: "v1.1.1", Namespace: "capi-ipam-in-cluster-system"},
 		{Type: config.ProviderInfrastructure, Name: "proxmox", Version: "v0.9.1", Namespace: "capmox-system", Variables: map[string]string{"CAPMOX_LOG_LEVEL": "4"}},
 		{Type: config.ProviderCore, Name: "cluster-api", Version: "v1.12.11", Namespace: "capi-system"},
-	}
-	return &Cluster{Name: "lab-mgmt", Config: c, TokenSecret: secret}
+	}}
 }
 
 func TestProvidersCoreFirst(t *testing.T) {

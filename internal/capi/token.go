@@ -76,12 +76,11 @@ func (s *Token) Host() string { return s.C.Name }
 
 // Check implements step.Step.
 func (s *Token) Check(ctx context.Context) (step.Plan, error) {
-	px := s.C.Config.Spec.Proxmox
-	v, err := CheckToken(ctx, s.HTTP, px.APIURL, px.TokenID, s.C.TokenSecret, s.Source)
+	v, err := CheckToken(ctx, s.HTTP, s.C.ProxmoxURL, s.C.TokenID, s.C.TokenSecret, s.Source)
 	if err != nil {
 		return step.Plan{}, err
 	}
-	return step.Plan{Note: fmt.Sprintf("token %s accepted by %s (Proxmox VE %s)", px.TokenID, px.APIURL, v)}, nil
+	return step.Plan{Note: fmt.Sprintf("token %s accepted by %s (Proxmox VE %s)", s.C.TokenID, s.C.ProxmoxURL, v)}, nil
 }
 
 // Apply implements step.Step; the check changes nothing.

@@ -2,10 +2,10 @@ package k3s
 
 import (
 	"context"
+	"net/netip"
 	"reflect"
 	"testing"
 
-	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -33,11 +33,7 @@ func TestApplyRunsThePlan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &remotetest.Host{HostName: "lab-mgmt", Answer: remotetest.EmptyBatch}
-			c := &config.ManagementCluster{}
-			c.Metadata.Name = "lab-mgmt"
-			c.Spec.VM.Address = "192.0.2.50/24"
-			c.Spec.K3s.Version = "v1.35.7+k3s1"
-			v := &VM{Cluster: c, Host: h}
+			v := &VM{Spec: Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), Version: "v1.35.7+k3s1", InstallScriptURL: "https://get.k3s.io"}, Host: h}
 			if tc.facts != nil {
 				tc.facts(v)
 			}

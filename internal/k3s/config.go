@@ -37,7 +37,7 @@ func (s *Config) ID() string { return "config" }
 func (s *Config) Host() string { return s.V.Name() }
 
 func (s *Config) want() []byte {
-	return RenderConfig(s.V.Cluster.Spec.VM.Net.Addr().String())
+	return RenderConfig(s.V.Spec.IP.String())
 }
 
 // Check implements step.Step.

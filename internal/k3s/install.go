@@ -22,7 +22,7 @@ func (s *Install) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *Install) Check(ctx context.Context) (step.Plan, error) {
-	k := s.V.Cluster.Spec.K3s
+	k := s.V.Spec
 	want := k.Version
 	run := remote.Script(installScript, k.InstallScriptURL, want).AsRoot()
 	switch s.V.Installed {
@@ -54,7 +54,7 @@ systemctl start k3s`
 
 // Apply implements step.Step.
 func (s *Install) Apply(ctx context.Context, p step.Plan) error {
-	k := s.V.Cluster.Spec.K3s
+	k := s.V.Spec
 	step.Progress(ctx, "running the k3s installer for "+k.Version)
 	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
 		return fmt.Errorf("install k3s %s: %w", k.Version, err)

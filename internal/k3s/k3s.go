@@ -7,11 +7,11 @@ package k3s
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -22,10 +22,18 @@ const (
 	RestartHandler = "restart-k3s"
 )
 
+// Spec is what the k3s phase needs of mgmt.yaml.
+type Spec struct {
+	Name             string     // the VM's and the node's name
+	IP               netip.Addr // the VM's address: k3s's tls-san
+	Version          string     // the pinned release, v1.35.7+k3s1
+	InstallScriptURL string
+}
+
 // VM is the k3s phase's view of the VM, shared by its steps.
 type VM struct {
-	Cluster *config.ManagementCluster
-	Host    remote.Host
+	Spec Spec
+	Host remote.Host
 	// Installed is the k3s version found on the VM ("" if none), as
 	// gathered before the phase's steps ran.
 	Installed string
@@ -37,7 +45,7 @@ type VM struct {
 }
 
 // Name is the VM as the recap shows it.
-func (v *VM) Name() string { return v.Cluster.Metadata.Name }
+func (v *VM) Name() string { return v.Spec.Name }
 
 func (v *VM) ro() remote.Host { return remote.ReadOnly(v.Host) }
 

@@ -34,7 +34,7 @@ func Build(s *Session) []step.Phase {
 }
 
 func vmPhase(s *Session) step.Phase {
-	n := &proxmox.Node{Cluster: &s.Config.Cluster}
+	n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster)}
 	dial := func(ctx context.Context, wait bool) (remote.Host, error) {
 		return s.DialVM(ctx, n.Created, wait, func(msg string) { step.Progress(ctx, msg) })
 	}
@@ -60,7 +60,7 @@ func vmPhase(s *Session) step.Phase {
 
 func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 	c := &s.Config.Cluster
-	v := &k3s.VM{Cluster: c}
+	v := &k3s.VM{Spec: k3sSpec(c)}
 	ready := &k3s.NodeReady{V: v, API: a.api}
 	check := &k3s.HostKeyCheck{Name: c.Spec.Proxmox.Node, VMID: c.Spec.VM.ID, Pinned: s.VMHostKey}
 	return step.Phase{
@@ -188,7 +188,9 @@ func addonsPhase(s *Session, a *clusterAccess) step.Phase {
 
 func capiPhase(s *Session, a *clusterAccess) step.Phase {
 	c := &s.Config.Cluster
-	cl := &capi.Cluster{Name: c.Metadata.Name, Config: c, TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
+	px := c.Spec.Proxmox
+	cl := &capi.Cluster{Name: c.Metadata.Name, Configured: c.Spec.Providers, ProxmoxURL: px.APIURL, TokenID: px.TokenID,
+		TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
 		API: func() *kube.Cluster { return a.cluster }}
 	steps := []step.Step{
 		&capi.Token{C: cl, Source: s.Config.SecretSource},

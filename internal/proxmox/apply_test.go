@@ -24,7 +24,7 @@ func TestApplyRunsThePlan(t *testing.T) {
 		want   []string
 	}{
 		{name: "image", step: func(n *Node) step.Step { return &Image{N: n} },
-			facts:  func(n *Node) { n.Cluster.Spec.Image.SHA256 = "0123abcd" },
+			facts:  func(n *Node) { n.Spec.ImageSHA256 = "0123abcd" },
 			tamper: func(c *step.Change) { c.Payload = marked },
 			want:   []string{"run echo planned"}},
 		{name: "create-vm", step: func(n *Node) step.Step { return &CreateVM{N: n, AuthorizedKey: "ssh-ed25519 AAAA laptop"} },
@@ -47,7 +47,7 @@ func TestApplyRunsThePlan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &remotetest.Host{HostName: "pve", Answer: remotetest.EmptyBatch}
-			n := &Node{Cluster: cluster(), Host: h}
+			n := &Node{Spec: spec(), Host: h}
 			if tc.facts != nil {
 				tc.facts(n)
 			}

@@ -22,15 +22,15 @@ func (s *Image) Host() string { return s.N.Name() }
 
 // Check implements step.Step.
 func (s *Image) Check(ctx context.Context) (step.Plan, error) {
-	img := s.N.Cluster.Spec.Image
-	want, got, p := img.SHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
-	download := remote.Script(downloadScript, img.URL, p, want)
+	sp := s.N.Spec
+	want, got, p := sp.ImageSHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
+	download := remote.Script(downloadScript, sp.ImageURL, p, want)
 	switch got {
 	case want:
 		return step.Plan{Note: p + " present, sha256 verified"}, nil
 	case "":
 		return step.Plan{Changes: []step.Change{{Target: p, Action: step.Create,
-			Summary: "download " + img.URL + " to " + p, Payload: download}}}, nil
+			Summary: "download " + sp.ImageURL + " to " + p, Payload: download}}}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: p, Action: step.Update,
 		Summary: fmt.Sprintf("replace %s (sha256 %s, want %s)", p, got, want), Payload: download}}}, nil
@@ -60,7 +60,6 @@ trap - EXIT`
 
 // Apply implements step.Step: it runs the planned download.
 func (s *Image) Apply(ctx context.Context, p step.Plan) error {
-	img := s.N.Cluster.Spec.Image
 	_, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
 	var ee *remote.ExitError
 	if errors.As(err, &ee) && ee.Code == 65 {
@@ -69,6 +68,6 @@ func (s *Image) Apply(ctx context.Context, p step.Plan) error {
 	if err != nil {
 		return fmt.Errorf("download image to %s: %w", s.N.ImagePath(), err)
 	}
-	s.N.Facts.ImageSHA256 = img.SHA256
+	s.N.Facts.ImageSHA256 = s.N.Spec.ImageSHA256
 	return nil
 }

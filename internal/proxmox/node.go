@@ -5,12 +5,12 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"path"
 	"strconv"
 	"strings"
 
-	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -26,12 +26,32 @@ type Facts struct {
 	ImageSHA256 string
 }
 
+// Spec is what the vm phase needs of mgmt.yaml, typed and validated.
+type Spec struct {
+	Node        string // the Proxmox node's name
+	Storage     string
+	ImageDir    string
+	ImageURL    string
+	ImageSHA256 string
+	VMID        int
+	Name        string // the VM's name: the cluster's
+	Cores       int
+	MemoryMiB   int
+	DiskGiB     int
+	Bridge      string
+	VLAN        int          // 0: an untagged port
+	Net         netip.Prefix // the VM's address and prefix length
+	Gateway     string
+	Nameservers []string
+	User        string // the cloud-init user
+}
+
 // Node is the Proxmox node of one run: its connection and facts, shared by
 // the vm phase's steps.
 type Node struct {
-	Cluster *config.ManagementCluster
-	Host    remote.Host
-	Facts   Facts
+	Spec  Spec
+	Host  remote.Host
+	Facts Facts
 	// Created is set when this run created the VM: its SSH host key may
 	// then be learned on first contact.
 	Created bool
@@ -40,18 +60,18 @@ type Node struct {
 }
 
 // Name is the node as the recap shows it.
-func (n *Node) Name() string { return n.Cluster.Spec.Proxmox.Node }
+func (n *Node) Name() string { return n.Spec.Node }
 
 // VMID as a string for qm.
-func (n *Node) VMID() string { return strconv.Itoa(n.Cluster.Spec.VM.ID) }
+func (n *Node) VMID() string { return strconv.Itoa(n.Spec.VMID) }
 
 // ImagePath is where the cloud image is kept on the node.
 func (n *Node) ImagePath() string {
-	u, err := url.Parse(n.Cluster.Spec.Image.URL)
+	u, err := url.Parse(n.Spec.ImageURL)
 	if err != nil {
 		return ""
 	}
-	return path.Join(n.Cluster.Spec.Proxmox.ImageDir, path.Base(u.Path))
+	return path.Join(n.Spec.ImageDir, path.Base(u.Path))
 }
 
 // ro is the node behind the read-only gate, for Check.
@@ -100,7 +120,7 @@ func ParseConfig(out string) map[string]string {
 // Ours reports whether the VM in the facts is mgmtctl's for this cluster.
 func (n *Node) Ours() bool {
 	c := n.Facts.Config
-	if c["name"] != n.Cluster.Metadata.Name {
+	if c["name"] != n.Spec.Name {
 		return false
 	}
 	for _, t := range strings.FieldsFunc(c["tags"], func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {

@@ -2,28 +2,25 @@ package proxmox
 
 import (
 	"flag"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
 
-	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/shell"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-func cluster() *config.ManagementCluster {
-	c := &config.ManagementCluster{}
-	c.Metadata.Name = "lab-mgmt"
-	c.Spec.Proxmox = config.Proxmox{Node: "pve", Storage: "local-lvm", ImageDir: "/var/lib/vz/template/iso"}
-	c.Spec.Image.URL = "https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img"
-	c.Spec.VM = config.VM{ID: 110, Cores: 2, MemoryMiB: 4096, DiskGiB: 30, Bridge: "vmbr0", VLAN: 4, Address: "192.0.2.50/24",
-		Gateway: "192.0.2.1", Nameservers: []string{"192.0.2.1", "192.0.2.2"}, User: "ubuntu"}
-	return c
+func spec() Spec {
+	return Spec{Node: "pve", Storage: "local-lvm", ImageDir: "/var/lib/vz/template/iso",
+		ImageURL: "https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img",
+		VMID:     110, Name: "lab-mgmt", Cores: 2, MemoryMiB: 4096, DiskGiB: 30, Bridge: "vmbr0", VLAN: 4,
+		Net: netip.MustParsePrefix("192.0.2.50/24"), Gateway: "192.0.2.1", Nameservers: []string{"192.0.2.1", "192.0.2.2"}, User: "ubuntu"}
 }
 
 func TestCreateArgsGolden(t *testing.T) {
-	s := &CreateVM{N: &Node{Cluster: cluster()}}
+	s := &CreateVM{N: &Node{Spec: spec()}}
 	line, err := shell.Join(s.CreateArgs()...)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +39,7 @@ func TestCreateArgsGolden(t *testing.T) {
 }
 
 func TestFacts(t *testing.T) {
-	n := &Node{Cluster: cluster()}
+	n := &Node{Spec: spec()}
 	n.Facts.Config = ParseConfig("name: lab-mgmt\ntags: mgmtctl\nscsi0: local-lvm:vm-110-disk-0,size=3584M\n")
 	if !n.Ours() {
 		t.Error("tagged VM of this name is ours")

@@ -28,10 +28,10 @@ var _ step.Waiter = (*Reachable)(nil)
 func (s *Reachable) ID() string { return "wait-ssh" }
 
 // Host implements step.Step.
-func (s *Reachable) Host() string { return s.N.Cluster.Metadata.Name }
+func (s *Reachable) Host() string { return s.N.Spec.Name }
 
 func (s *Reachable) addr() string {
-	return s.N.Cluster.Spec.VM.Net.Addr().String()
+	return s.N.Spec.Net.Addr().String()
 }
 
 // Check implements step.Step: a VM answering is waited for, not made.

@@ -37,27 +37,26 @@ func (s *CreateVM) keysFile() string {
 
 // CreateArgs is the qm create command line (upstream-facts 1.2).
 func (s *CreateVM) CreateArgs() []string {
-	c := s.N.Cluster
-	vm, px := c.Spec.VM, c.Spec.Proxmox
+	vm := s.N.Spec
 	net := "virtio,bridge=" + vm.Bridge
 	if vm.VLAN != 0 {
 		net += ",tag=" + strconv.Itoa(vm.VLAN)
 	}
 	return []string{"qm", "create", s.N.VMID(),
-		"--name", c.Metadata.Name,
+		"--name", vm.Name,
 		"--cores", strconv.Itoa(vm.Cores),
 		"--memory", strconv.Itoa(vm.MemoryMiB),
 		"--net0", net,
 		"--scsihw", "virtio-scsi-pci",
-		"--scsi0", px.Storage + ":0,import-from=" + s.N.ImagePath(),
-		"--ide2", px.Storage + ":cloudinit",
+		"--scsi0", vm.Storage + ":0,import-from=" + s.N.ImagePath(),
+		"--ide2", vm.Storage + ":cloudinit",
 		"--boot", "order=scsi0",
 		"--serial0", "socket",
 		"--vga", "serial0",
 		"--agent", "1",
 		"--ciuser", vm.User,
 		"--sshkeys", s.keysFile(),
-		"--ipconfig0", "ip=" + vm.Address + ",gw=" + vm.Gateway,
+		"--ipconfig0", "ip=" + vm.Net.String() + ",gw=" + vm.Gateway,
 		"--nameserver", strings.Join(vm.Nameservers, " "),
 		"--tags", ManagedTag,
 	}
@@ -82,14 +81,14 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 			return step.Plan{}, err
 		}
 		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create,
-			Summary: fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Cluster.Metadata.Name, n.ImagePath()),
+			Summary: fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImagePath()),
 			Diff:    &step.Diff{Path: "qm create", After: line + "\n"}, Payload: c}}}, nil
 	}
 	if !n.Ours() {
 		return step.Plan{}, fmt.Errorf("VMID %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
-			n.VMID(), n.Facts.Config["name"], n.Facts.Config["tags"], n.Cluster.Metadata.Name)
+			n.VMID(), n.Facts.Config["name"], n.Facts.Config["tags"], n.Spec.Name)
 	}
-	return step.Plan{Note: fmt.Sprintf("VM %s (%s) exists", n.VMID(), n.Cluster.Metadata.Name), Warnings: s.Drift()}, nil
+	return step.Plan{Note: fmt.Sprintf("VM %s (%s) exists", n.VMID(), n.Spec.Name), Warnings: s.Drift()}, nil
 }
 
 // Drift lists differences mgmtctl reports but leaves alone: it does not
@@ -149,12 +148,12 @@ func (s *GrowDisk) ID() string { return "grow-disk" }
 // Host implements step.Step.
 func (s *GrowDisk) Host() string { return s.N.Name() }
 
-func (s *GrowDisk) want() int64 { return int64(s.N.Cluster.Spec.VM.DiskGiB) << 30 }
+func (s *GrowDisk) want() int64 { return int64(s.N.Spec.DiskGiB) << 30 }
 
 // Check implements step.Step.
 func (s *GrowDisk) Check(ctx context.Context) (step.Plan, error) {
 	n := s.N
-	gib := n.Cluster.Spec.VM.DiskGiB
+	gib := n.Spec.DiskGiB
 	if !n.Facts.VMExists {
 		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID() + " scsi0", Action: step.Update,
 			Summary: fmt.Sprintf("grow scsi0 to %dG once the VM exists", gib)}}}, nil
