@@ -59,6 +59,9 @@ func TestLoadValid(t *testing.T) {
 	if got := l.Cluster.Spec.Inspector.TTL; got != 168*time.Hour {
 		t.Errorf("inspector ttl = %v", got)
 	}
+	if got := l.Cluster.Spec.K3s.Release; got != (K3sRelease{1, 35, 7, 1}) || got.String() != "v1.35.7+k3s1" {
+		t.Errorf("k3s release = %+v", got)
+	}
 	if l.AuthorizedKey != strings.TrimSpace(testKey) {
 		t.Errorf("authorized key = %q", l.AuthorizedKey)
 	}
@@ -379,5 +382,29 @@ func TestInitThenLoad(t *testing.T) {
 	decode(ex, &s, r)
 	if len(r.errs) > 0 || s.Proxmox.TokenSecret == "" {
 		t.Errorf("example secrets do not decode: %v", r.errs)
+	}
+}
+
+func TestK3sReleaseOrder(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"v1.35.7+k3s1", "v1.35.7+k3s1", 0},
+		{"v1.35.7+k3s1", "v1.35.7+k3s2", -1},
+		{"v1.35.10+k3s1", "v1.35.9+k3s3", 1}, // numbers, not strings
+		{"v1.34.10+k3s1", "v1.35.7+k3s1", -1},
+		{"v2.0.0+k3s1", "v1.99.99+k3s9", 1},
+	} {
+		a, err1 := ParseK3sRelease(tc.a)
+		b, err2 := ParseK3sRelease(tc.b)
+		if err1 != nil || err2 != nil || a.Compare(b) != tc.want || a.String() != tc.a {
+			t.Errorf("%s vs %s: %d (%v %v)", tc.a, tc.b, a.Compare(b), err1, err2)
+		}
+	}
+	for _, bad := range []string{"1.35.7+k3s1", "v1.35+k3s1", "v1.35.7", "v1.35.7+rke2r1", ""} {
+		if _, err := ParseK3sRelease(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
 	}
 }

@@ -94,6 +94,7 @@ func (l *Loaded) derive() {
 	s := &l.Cluster.Spec
 	s.VM.Net, _ = netip.ParsePrefix(s.VM.Address)
 	s.Inspector.TTL, _ = time.ParseDuration(s.Inspector.TokenTTL)
+	s.K3s.Release, _ = ParseK3sRelease(s.K3s.Version)
 }
 
 func (l *Loaded) loadSecrets(explicit string) Errors {

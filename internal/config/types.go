@@ -82,6 +82,9 @@ type VM struct {
 type K3s struct {
 	Version          string `yaml:"version"`
 	InstallScriptURL string `yaml:"installScriptURL"`
+
+	// Release is Version parsed, set by Load once the file is valid.
+	Release K3sRelease `yaml:"-"`
 }
 
 // Chart pins a Helm chart installed through a k3s HelmChart.

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -33,7 +34,7 @@ func TestApplyRunsThePlan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &remotetest.Host{HostName: "lab-mgmt", Answer: remotetest.EmptyBatch}
-			v := &VM{Spec: Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), Version: "v1.35.7+k3s1", InstallScriptURL: "https://get.k3s.io"}, Host: h}
+			v := &VM{Spec: Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), Version: config.K3sRelease{Major: 1, Minor: 35, Patch: 7, Build: 1}, InstallScriptURL: "https://get.k3s.io"}, Host: h}
 			if tc.facts != nil {
 				tc.facts(v)
 			}
@@ -60,5 +61,34 @@ func TestApplyRunsThePlan(t *testing.T) {
 				t.Errorf("applied %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestInstallNeverDowngrades: a newer k3s than pinned is refused, an older
+// one upgraded, the pinned one left alone; release numbers compare as
+// numbers (v1.35.10 is newer than v1.35.9).
+func TestInstallNeverDowngrades(t *testing.T) {
+	pin := config.K3sRelease{Major: 1, Minor: 35, Patch: 10, Build: 1}
+	for _, tc := range []struct {
+		installed, want string
+	}{
+		{"v1.36.3+k3s1", "error: k3s v1.36.3+k3s1 is installed, newer than the pinned v1.35.10+k3s1; k3s cannot be downgraded: set spec.k3s.version to v1.36.3+k3s1 or newer"},
+		{"v1.35.10+k3s2", "error: k3s v1.35.10+k3s2 is installed, newer than the pinned v1.35.10+k3s1; k3s cannot be downgraded: set spec.k3s.version to v1.35.10+k3s2 or newer"},
+		{"v1.35.9+k3s1", "upgrade k3s from v1.35.9+k3s1 to v1.35.10+k3s1"},
+		{"v1.35.10+k3s1", "k3s v1.35.10+k3s1 installed"},
+		{"", "install k3s v1.35.10+k3s1"},
+	} {
+		v := &VM{Spec: Spec{Name: "lab-mgmt", Version: pin}, Installed: tc.installed, Active: true}
+		p, err := (&Install{V: v}).Check(context.Background())
+		got := p.Note
+		if len(p.Changes) > 0 {
+			got = p.Changes[0].Summary
+		}
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("installed %q: got %q, want %q", tc.installed, got, tc.want)
+		}
 	}
 }

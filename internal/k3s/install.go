@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/mgmtctl/mgmtctl/internal/config"
+
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -23,8 +25,13 @@ func (s *Install) Host() string { return s.V.Name() }
 // Check implements step.Step.
 func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 	k := s.V.Spec
-	want := k.Version
+	want := k.Version.String()
 	run := remote.Script(installScript, k.InstallScriptURL, want).AsRoot()
+	// k3s does not downgrade (its maintainers refuse to: k3s-io/k3s#7537):
+	// a newer release installed than pinned is an error, not a plan.
+	if got, err := config.ParseK3sRelease(s.V.Installed); err == nil && got.Compare(k.Version) > 0 {
+		return step.Plan{}, fmt.Errorf("k3s %s is installed, newer than the pinned %s; k3s cannot be downgraded: set spec.k3s.version to %s or newer", got, want, got)
+	}
 	switch s.V.Installed {
 	case want:
 		if !s.V.Active {
@@ -54,17 +61,17 @@ systemctl start k3s`
 
 // Apply implements step.Step.
 func (s *Install) Apply(ctx context.Context, p step.Plan) error {
-	k := s.V.Spec
-	step.Progress(ctx, "running the k3s installer for "+k.Version)
+	want := s.V.Spec.Version.String()
+	step.Progress(ctx, "running the k3s installer for "+want)
 	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
-		return fmt.Errorf("install k3s %s: %w", k.Version, err)
+		return fmt.Errorf("install k3s %s: %w", want, err)
 	}
 	s.V.InstalledThisRun = true
 	if err := s.V.Gather(ctx); err != nil {
 		return err
 	}
-	if s.V.Installed != k.Version {
-		return fmt.Errorf("install k3s %s: k3s --version says %q afterwards", k.Version, s.V.Installed)
+	if s.V.Installed != want {
+		return fmt.Errorf("install k3s %s: k3s --version says %q afterwards", want, s.V.Installed)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -24,9 +25,9 @@ const (
 
 // Spec is what the k3s phase needs of mgmt.yaml.
 type Spec struct {
-	Name             string     // the VM's and the node's name
-	IP               netip.Addr // the VM's address: k3s's tls-san
-	Version          string     // the pinned release, v1.35.7+k3s1
+	Name             string            // the VM's and the node's name
+	IP               netip.Addr        // the VM's address: k3s's tls-san
+	Version          config.K3sRelease // the pinned release
 	InstallScriptURL string
 }
 

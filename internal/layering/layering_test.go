@@ -15,9 +15,10 @@ const module = "github.com/mgmtctl/mgmtctl/"
 // none of the others (addons reads capi's names of the operator's API).
 var domain = []string{"proxmox", "k3s", "addons", "capi", "kubeconfig", "inspector"}
 
-// below is what every domain package may use. Only addons and capi read
-// config's vocabulary (a chart pin, a provider); the others take an input
-// struct of their own, which phase fills from the config.
+// below is what every domain package may use. Only addons, capi and k3s
+// read config's vocabulary (a chart pin, a provider, a k3s release); the
+// others take an input struct of their own, which phase fills from the
+// config.
 var below = []string{"step", "remote", "kube", "shell", "localfile"}
 
 // allowed is, for every package of the tool, the packages of the tool it
@@ -28,7 +29,7 @@ var allowed = map[string][]string{
 	"cli":         {"phase", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig"},
 	"phase":       append(append([]string{"health", "config"}, domain...), below...),
 	"proxmox":     below,
-	"k3s":         below,
+	"k3s":         append([]string{"config"}, below...), // the K3sRelease type
 	"addons":      append([]string{"capi", "config"}, below...),
 	"capi":        append([]string{"config"}, below...),
 	"kubeconfig":  below,

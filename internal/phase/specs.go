@@ -18,5 +18,5 @@ func vmSpec(c *config.ManagementCluster) proxmox.Spec {
 
 // k3sSpec is the k3s phase's part of a loaded config.
 func k3sSpec(c *config.ManagementCluster) k3s.Spec {
-	return k3s.Spec{Name: c.Metadata.Name, IP: c.Spec.VM.Net.Addr(), Version: c.Spec.K3s.Version, InstallScriptURL: c.Spec.K3s.InstallScriptURL}
+	return k3s.Spec{Name: c.Metadata.Name, IP: c.Spec.VM.Net.Addr(), Version: c.Spec.K3s.Release, InstallScriptURL: c.Spec.K3s.InstallScriptURL}
 }
