@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -62,7 +65,6 @@ func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 		Changes: []step.Change{{Target: ConfigPath, Action: action, Summary: action.String() + " " + ConfigPath,
 			Diff:    &step.Diff{Path: ConfigPath, Before: string(cur), After: string(want)},
 			Payload: remote.File{Path: ConfigPath, Content: want, Mode: 0o600, Owner: "root:root", Sudo: true}}},
-		Notify: []string{RestartHandler},
 	}, nil
 }
 
@@ -73,35 +75,66 @@ func (s *Config) Apply(ctx context.Context, p step.Plan) error {
 	return err
 }
 
-// Restart is the handler that restarts k3s once at the end of the phase
-// after its config changed; k3s reads config.yaml only when it starts. It
-// does nothing when k3s was not installed before this run, or when the
-// installer just (re)started it with the new config. Like node-ready, it
-// then waits for the node (it is a step.Waiter through Ready).
+// Restart restarts k3s when it runs with an older config.yaml than the one
+// on disk: k3s reads its config only when it starts. It decides from what
+// it observes, not from what this run did, so a run cut short between
+// writing the config and restarting k3s is completed by the next one:
+// k3s became active (systemd's ActiveEnterTimestamp) before config.yaml
+// last changed, or config.yaml is not yet what it will be written as
+// (check mode). The installer (re)starts k3s itself, so an install or
+// upgrade still to come skips it. Like node-ready, it then waits for the
+// node (a step.Waiter through NodeReady).
 type Restart struct {
 	V *VM
-	// Ready is waited for after the restart.
 	*NodeReady
 }
 
 var _ step.Waiter = (*Restart)(nil)
 
 // ID implements step.Step.
-func (s *Restart) ID() string { return RestartHandler }
+func (s *Restart) ID() string { return RestartID }
 
 // Host implements step.Step.
 func (s *Restart) Host() string { return s.V.Name() }
 
+// systemdTime is ActiveEnterTimestamp with --timestamp=us+utc.
+const systemdTime = "Mon 2006-01-02 15:04:05.000000 MST"
+
 // Check implements step.Step.
 func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
-	switch {
-	case s.V.Installed == "":
-		return step.Plan{Skip: "k3s was not installed before this run; it starts with the new config"}, nil
-	case s.V.InstalledThisRun:
-		return step.Plan{Skip: "the installer restarted k3s with the new config"}, nil
+	if s.V.Host == nil || s.V.Installed == "" {
+		return step.Plan{Skip: "k3s is not installed yet; it starts with this config"}, nil
 	}
-	return step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Summary: "restart k3s to load " + ConfigPath,
-		Payload: remote.Command("systemctl", "restart", "k3s").AsRoot()}}}, nil
+	if s.V.Installed != s.V.Spec.Version.String() {
+		return step.Plan{Skip: "the k3s installer (re)starts k3s with this config"}, nil
+	}
+	res, err := remote.Batch(ctx, s.V.ro(), true,
+		remote.Query("cat", "--", ConfigPath).AsRoot(),
+		remote.Query("stat", "-c", "%.9Y", "--", ConfigPath).AsRoot(),
+		remote.Query("systemctl", "show", "-p", "ActiveEnterTimestamp", "--value", "--timestamp=us+utc", "k3s").AsRoot())
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("read when k3s started and config.yaml changed: %w", err)
+	}
+	restart := step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Payload: remote.Command("systemctl", "restart", "k3s").AsRoot()}}}
+	if res[0].ExitCode != 0 || !bytes.Equal(res[0].Stdout, RenderConfig(s.V.Spec.IP.String())) {
+		restart.Changes[0].Summary = "restart k3s to load the new " + ConfigPath
+		return restart, nil
+	}
+	started, err := time.Parse(systemdTime, strings.TrimSpace(string(res[2].Stdout)))
+	if err != nil {
+		return step.Plan{Skip: "k3s is not running; the install step starts it"}, nil
+	}
+	secs, err := strconv.ParseFloat(strings.TrimSpace(string(res[1].Stdout)), 64)
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("read the time %s changed: %q", ConfigPath, res[1].Stdout)
+	}
+	changed := time.Unix(0, int64(secs*1e9))
+	if started.After(changed) {
+		return step.Plan{Note: "k3s runs with " + ConfigPath + " as it is"}, nil
+	}
+	restart.Changes[0].Summary = fmt.Sprintf("restart k3s to load %s (changed %s, k3s running since %s)", ConfigPath,
+		changed.UTC().Format(time.RFC3339), started.UTC().Format(time.RFC3339))
+	return restart, nil
 }
 
 // Apply implements step.Step.

@@ -66,7 +66,6 @@ func (s *Install) Apply(ctx context.Context, p step.Plan) error {
 	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
 		return fmt.Errorf("install k3s %s: %w", want, err)
 	}
-	s.V.InstalledThisRun = true
 	if err := s.V.Gather(ctx); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 const (
 	ConfigPath     = "/etc/rancher/k3s/config.yaml"
 	KubeconfigPath = "/etc/rancher/k3s/k3s.yaml"
-	RestartHandler = "restart-k3s"
+	RestartID      = "restart-k3s"
 )
 
 // Spec is what the k3s phase needs of mgmt.yaml.
@@ -40,9 +40,6 @@ type VM struct {
 	Installed string
 	// Active says the k3s service runs.
 	Active bool
-	// InstalledThisRun is set when the install step ran the installer,
-	// which (re)starts k3s itself.
-	InstalledThisRun bool
 }
 
 // Name is the VM as the recap shows it.

@@ -87,9 +87,9 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 			check,
 			&k3s.Config{V: v},
 			&k3s.Install{V: v},
+			&k3s.Restart{V: v, NodeReady: ready},
 			ready,
 		},
-		Handlers: []step.Step{&k3s.Restart{V: v, NodeReady: ready}},
 	}
 }
 

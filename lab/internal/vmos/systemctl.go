@@ -184,16 +184,31 @@ func stop(u string) {
 // installer use, with systemctl's messages and exit codes (3 for an
 // inactive unit from is-active, 5 for a missing unit).
 func Systemctl(args []string, stdout, stderr io.Writer) int {
-	var words []string
-	now := false
-	for _, a := range args {
+	var words, props []string
+	now, value, tsStyle := false, false, ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		switch {
 		case a == "--now":
 			now = true
+		case a == "--value":
+			value = true
+		case a == "-p" || a == "--property":
+			if i+1 < len(args) {
+				i++
+				props = append(props, strings.Split(args[i], ",")...)
+			}
+		case strings.HasPrefix(a, "--property="):
+			props = append(props, strings.Split(strings.TrimPrefix(a, "--property="), ",")...)
+		case strings.HasPrefix(a, "--timestamp="):
+			tsStyle = strings.TrimPrefix(a, "--timestamp=")
 		case strings.HasPrefix(a, "-"):
 		default:
 			words = append(words, a)
 		}
+	}
+	if len(words) > 0 && words[0] == "show" {
+		return show(words[1:], props, value, tsStyle, stdout, stderr)
 	}
 	if len(words) == 0 {
 		fmt.Fprintln(stderr, "systemctl: listing units is not simulated")
@@ -308,4 +323,52 @@ func Boot() {
 	if installed("qemu-guest-agent") {
 		_ = start("qemu-guest-agent.service")
 	}
+}
+
+// show prints unit properties as `systemctl show -p NAME [--value]
+// [--timestamp=STYLE] UNIT` does. Only what mgmtctl reads is simulated:
+// ActiveState and ActiveEnterTimestamp (when the unit last became active,
+// which for Type=notify is after READY=1; empty while it never was since
+// boot), in systemd's styles: "pretty" (the default: "Thu 2026-12-03
+// 06:17:03 UTC"), "us+utc" (microseconds) and "unix" ("@1764742623").
+func show(units, props []string, value bool, style string, stdout, stderr io.Writer) int {
+	if len(units) != 1 {
+		fmt.Fprintln(stderr, "systemctl show: the lab simulates one unit at a time")
+		return 1
+	}
+	u := unitName(filepath.Base(units[0]))
+	for _, prop := range props {
+		v := ""
+		switch prop {
+		case "ActiveState":
+			v = "inactive"
+			if isActive(u) {
+				v = "active"
+			}
+		case "ActiveEnterTimestamp":
+			if fi, err := os.Stat(state(u, "active")); err == nil {
+				v = timestamp(fi.ModTime(), style)
+			}
+		default:
+			fmt.Fprintf(stderr, "systemctl show: property %s is not simulated\n", prop)
+			return 1
+		}
+		if value {
+			fmt.Fprintln(stdout, v)
+		} else {
+			fmt.Fprintf(stdout, "%s=%s\n", prop, v)
+		}
+	}
+	return 0
+}
+
+func timestamp(t time.Time, style string) string {
+	t = t.UTC()
+	switch style {
+	case "unix":
+		return "@" + strconv.FormatInt(t.Unix(), 10)
+	case "us+utc", "us":
+		return t.Format("Mon 2006-01-02 15:04:05.000000 MST")
+	}
+	return t.Format("Mon 2006-01-02 15:04:05 MST")
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func setRoot(t *testing.T) {
@@ -64,7 +65,19 @@ func TestAptWaitsForCloudInit(t *testing.T) {
 	if code, out, _ := run(sysctl, "is-active", "qemu-guest-agent.service"); code != 0 || out != "active\n" {
 		t.Errorf("is-active after start: %d %q", code, out)
 	}
+	// ActiveEnterTimestamp: when the unit last became active, in systemd's
+	// styles; a restart moves it forward.
+	_, before, _ := run(sysctl, "show", "-p", "ActiveEnterTimestamp", "--value", "--timestamp=us+utc", "qemu-guest-agent")
+	if _, err := time.Parse("Mon 2006-01-02 15:04:05.000000 MST\n", before); err != nil {
+		t.Errorf("ActiveEnterTimestamp (us+utc): %q: %v", before, err)
+	}
+	if _, out, _ := run(sysctl, "show", "--property=ActiveState,ActiveEnterTimestamp", "--timestamp=unix", "qemu-guest-agent"); !strings.HasPrefix(out, "ActiveState=active\nActiveEnterTimestamp=@") {
+		t.Errorf("show: %q", out)
+	}
 	run(sysctl, "restart", "qemu-guest-agent")
+	if _, after, _ := run(sysctl, "show", "-p", "ActiveEnterTimestamp", "--value", "--timestamp=us+utc", "qemu-guest-agent"); after <= before {
+		t.Errorf("a restart did not move ActiveEnterTimestamp: %q then %q", before, after)
+	}
 	log, _ := os.ReadFile(filepath.Join(Root, unitState, "qemu-guest-agent.service.log"))
 	if strings.Count(string(log), " restart") != 1 {
 		t.Errorf("restart log:\n%s", log)
