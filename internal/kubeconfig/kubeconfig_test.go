@@ -1,6 +1,7 @@
 package kubeconfig
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -130,5 +131,28 @@ func TestMergeSetsAMissingCurrentContext(t *testing.T) {
 				t.Errorf("second merge: switched=%v err=%v", switched, err)
 			}
 		})
+	}
+}
+
+// TestFileWritesThePlan: the file step writes exactly its plan's bytes
+// (replaced after Check here), 0600; with the same content and mode the
+// plan is empty.
+func TestFileWritesThePlan(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	f := &File{StepID: "admin-kubeconfig", Path: path, Render: func(context.Context) ([]byte, string, error) { return []byte("rendered\n"), "", nil }}
+	p, err := f.Check(context.Background())
+	if err != nil || len(p.Changes) != 1 || string(p.Changes[0].Payload.([]byte)) != "rendered\n" || p.Changes[0].Diff.After != "rendered\n" {
+		t.Fatalf("plan: %+v %v", p, err)
+	}
+	p.Changes[0].Payload = []byte("planned\n")
+	if err := f.Apply(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "planned\n" || !Private(path) {
+		t.Errorf("wrote %q (private %v)", b, Private(path))
+	}
+	os.WriteFile(path, []byte("rendered\n"), 0o600)
+	if p, err := f.Check(context.Background()); err != nil || !p.Empty() {
+		t.Errorf("as rendered: %+v %v", p, err)
 	}
 }
