@@ -54,8 +54,10 @@ func TestKubeconfigFileMintsThePlan(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ro.kubeconfig")
 	var minted []string
 	s := &KubeconfigFile{Name: "lab-mgmt-ro", Path: path, TTL: time.Hour,
-		Cluster: func() (string, []byte, kubernetes.Interface, error) { return "https://192.0.2.50:6443", []byte("CA"), cs, nil },
-		Minted:  func(tok string) { minted = append(minted, tok) }}
+		Cluster: func() (string, []byte, kubernetes.Interface, error) {
+			return "https://192.0.2.50:6443", []byte("CA"), cs, nil
+		},
+		Minted: func(tok string) { minted = append(minted, tok) }}
 	p, err := s.Check(context.Background())
 	if err != nil || len(p.Changes) != 1 {
 		t.Fatalf("plan: %+v %v", p, err)
