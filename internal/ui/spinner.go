@@ -9,56 +9,78 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
+// DefaultHeartbeat is how often a running step gets a line on a
+// non-terminal (CI logs, `| tee`), where no spinner shows it is alive.
+const DefaultHeartbeat = 10 * time.Second
+
 var frames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
 
-// spinner redraws one status line with the elapsed time while a step runs.
-// It only animates; it never decides when a wait is over.
-type spinner struct {
-	w     io.Writer
-	mu    *sync.Mutex // the view's lock, held while drawing
-	name  string
-	start time.Time
-	msg   string
-	done  chan struct{}
-	wg    sync.WaitGroup
+// live shows that a running step is alive, every interval: on a terminal
+// a spinner redraws one status line with the elapsed time and the step's
+// last progress report; elsewhere (the heartbeat) a line is printed with
+// the same. It only reports; it never decides when a wait is over.
+type live struct {
+	w        io.Writer
+	mu       *sync.Mutex // the view's lock, held while drawing
+	name     string
+	start    time.Time
+	interval time.Duration
+	terminal bool
+	msg      string
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
-func startSpinner(w io.Writer, mu *sync.Mutex, phase step.Tag, id string, start time.Time) *spinner {
-	s := &spinner{w: w, mu: mu, name: string(phase) + "/" + id, start: start, done: make(chan struct{})}
-	s.wg.Add(1)
-	go s.run()
-	return s
+func startLive(w io.Writer, mu *sync.Mutex, phase step.Tag, id string, start time.Time, terminal bool, interval time.Duration) *live {
+	l := &live{w: w, mu: mu, name: string(phase) + "/" + id, start: start, interval: interval, terminal: terminal, done: make(chan struct{})}
+	if terminal {
+		l.interval = 120 * time.Millisecond
+	}
+	l.wg.Add(1)
+	go l.run()
+	return l
 }
 
-func (s *spinner) run() {
-	defer s.wg.Done()
-	tick := time.NewTicker(120 * time.Millisecond)
+func (l *live) run() {
+	defer l.wg.Done()
+	tick := time.NewTicker(l.interval)
 	defer tick.Stop()
 	for i := 0; ; i++ {
 		select {
-		case <-s.done:
+		case <-l.done:
 			return
 		case <-tick.C:
-			s.mu.Lock()
-			line := fmt.Sprintf("%s %s (%s)", frames[i%len(frames)], s.name, time.Since(s.start).Round(time.Second))
-			if s.msg != "" {
-				line += " " + s.msg
+			l.mu.Lock()
+			elapsed := time.Since(l.start).Round(time.Second)
+			if l.terminal {
+				line := fmt.Sprintf("%s %s (%s)", frames[i%len(frames)], l.name, elapsed)
+				if l.msg != "" {
+					line += " " + l.msg
+				}
+				fmt.Fprintf(l.w, "\r\033[K%s", line)
+			} else {
+				line := fmt.Sprintf("  ... %s: still running (%s)", l.name, elapsed)
+				if l.msg != "" {
+					line += ", last: " + l.msg
+				}
+				fmt.Fprintln(l.w, line)
 			}
-			fmt.Fprintf(s.w, "\r\033[K%s", line)
-			s.mu.Unlock()
+			l.mu.Unlock()
 		}
 	}
 }
 
-// message changes the text after the elapsed time; the caller holds mu.
-func (s *spinner) message(m string) { s.msg = m }
+// message records the step's latest progress report; the caller holds mu.
+func (l *live) message(m string) { l.msg = m }
 
-// stop ends the animation and clears the line; the caller holds mu, which
-// the drawing goroutine needs, so it is released while waiting.
-func (s *spinner) stop() {
-	close(s.done)
-	s.mu.Unlock()
-	s.wg.Wait()
-	s.mu.Lock()
-	fmt.Fprint(s.w, "\r\033[K")
+// stop ends it, clearing a spinner's line; the caller holds mu, which the
+// drawing goroutine needs, so it is released while waiting.
+func (l *live) stop() {
+	close(l.done)
+	l.mu.Unlock()
+	l.wg.Wait()
+	l.mu.Lock()
+	if l.terminal {
+		fmt.Fprint(l.w, "\r\033[K")
+	}
 }

@@ -37,8 +37,7 @@ type Text struct {
 	mu      sync.Mutex
 	w       io.Writer
 	o       TextOptions
-	spin    *spinner
-	beat    *heartbeat
+	live    *live
 	failure *engine.Event
 }
 
@@ -63,28 +62,18 @@ func (t *Text) Event(e engine.Event) {
 	case engine.PhaseStart:
 		t.printf("\nPHASE [%s] %s\n", e.Phase, strings.Repeat("*", max(0, 60-len(e.Phase))))
 	case engine.StepStart:
-		if t.o.Terminal {
-			t.spin = startSpinner(t.w, &t.mu, e.Phase, e.Step, e.Time)
-		} else {
-			t.beat = startHeartbeat(t.w, &t.mu, e.Phase, e.Step, e.Time, cmp.Or(t.o.Heartbeat, DefaultHeartbeat))
-		}
+		t.live = startLive(t.w, &t.mu, e.Phase, e.Step, e.Time, t.o.Terminal, cmp.Or(t.o.Heartbeat, DefaultHeartbeat))
 	case engine.StepProgress:
-		if t.spin != nil {
-			t.spin.message(e.Message)
-			break
+		if !t.o.Terminal {
+			t.printf("  ... %s/%s: %s\n", e.Phase, e.Step, e.Message)
 		}
-		t.printf("  ... %s/%s: %s\n", e.Phase, e.Step, e.Message)
-		if t.beat != nil {
-			t.beat.message(e.Message)
+		if t.live != nil {
+			t.live.message(e.Message)
 		}
 	case engine.StepEnd:
-		if t.spin != nil {
-			t.spin.stop()
-			t.spin = nil
-		}
-		if t.beat != nil {
-			t.beat.stop()
-			t.beat = nil
+		if t.live != nil {
+			t.live.stop()
+			t.live = nil
 		}
 		t.stepEnd(e)
 	case engine.RunEnd:
