@@ -135,7 +135,7 @@ func (s *Manifest) Apply(ctx context.Context, p step.Plan) error {
 	return err
 }
 
-func (s *Manifest) ready() *Ready { return &Ready{V: s.V, C: s.C, Timeout: s.Timeout} }
+func (s *Manifest) ready() *Ready { return &Ready{C: s.C, Timeout: s.Timeout} }
 
 // Observe implements step.Waiter.
 func (s *Manifest) Observe(ctx context.Context) (bool, string, error) {

@@ -59,7 +59,6 @@ func (e *JobFailedError) Error() string {
 // it is not what this waits on. A failing Job is reported at once. The
 // Manifest step waits with it.
 type Ready struct {
-	V *VM
 	C Chart
 	// Timeout bounds the wait; zero means ChartTimeout.
 	Timeout time.Duration

@@ -408,6 +408,11 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 		return err
 	}
 	if !r.Healthy {
+		// The same class, the same exit code as apply: a host that does
+		// not answer or whose key is refused is 4, anything else 1.
+		if r.Failure != nil && exitCode(r.Failure) == ExitUnreachable {
+			return reported{r.Failure}
+		}
 		return reported{errors.New("unhealthy")}
 	}
 	return nil

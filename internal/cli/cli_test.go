@@ -346,6 +346,12 @@ func sshEnv(t *testing.T, known bool) (*env, *sshtest.Server, string) {
 
 func TestUnknownProxmoxHostKeyExits4(t *testing.T) {
 	e, s, cfg := sshEnv(t, false)
+	// status classes it as apply does.
+	if code := e.run("status", "-c", cfg, "--tags", "vm"); code != ExitUnreachable || !strings.Contains(e.out.String(), "is unknown") {
+		t.Fatalf("status: exit %d:\n%s%s", code, e.out.String(), e.err.String())
+	}
+	e.out.Reset()
+	e.err.Reset()
 	code := e.run("apply", "-c", cfg, "--tags", "vm")
 	if code != ExitUnreachable {
 		t.Fatalf("exit %d:\n%s%s", code, e.out.String(), e.err.String())

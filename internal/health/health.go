@@ -73,6 +73,9 @@ type Line struct {
 type Report struct {
 	Healthy bool   `json:"healthy"`
 	Lines   []Line `json:"checks"`
+	// Failure is the first step's error, for the CLI to class (an
+	// unreachable host or a refused key exits as apply's does).
+	Failure error `json:"-"`
 }
 
 // Run looks at the phases in order: a check run of each (its hosts must be
@@ -95,6 +98,9 @@ func Run(ctx context.Context, phases []step.Phase, extra map[step.Tag][]Check) R
 		_, _ = engine.Run(ctx, []step.Phase{p}, engine.Options{Check: true}, &ends)
 		cause := ""
 		for _, e := range ends {
+			if e.Err != nil && r.Failure == nil {
+				r.Failure = e.Err
+			}
 			l := lineOf(e)
 			if l.State == Unhealthy && cause != "" && onlyWaits(e.Changes) {
 				l.State, l.Detail, l.Next = Skipped, "needs "+cause, ""
