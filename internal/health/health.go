@@ -151,9 +151,9 @@ func lineOf(e engine.Event) Line {
 		for i, c := range e.Changes {
 			parts[i] = c.Summary
 		}
-		l.State, l.Detail, l.Next = Unhealthy, "not as configured: "+strings.Join(parts, "; "), apply
-		if onlyWaits(e.Changes) {
-			l.Detail = strings.Join(parts, "; ")
+		l.State, l.Detail, l.Next = Unhealthy, strings.Join(parts, "; "), apply
+		if !onlyWaits(e.Changes) {
+			l.Detail = "not as configured: " + l.Detail
 		}
 	case e.Outcome == step.Skipped:
 		l.State = Skipped

@@ -24,8 +24,6 @@ type KubeconfigFile struct {
 	Cluster func() (server string, ca []byte, cs kubernetes.Interface, err error)
 	// Minted hears every token minted, for redaction.
 	Minted func(token string)
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 // Mint is the payload of a KubeconfigFile's change: Apply mints a token of
@@ -57,11 +55,7 @@ func (s *KubeconfigFile) Check(ctx context.Context) (step.Plan, error) {
 	if cs == nil {
 		return step.Plan{Changes: []step.Change{{Target: s.Path, Action: action, Summary: fmt.Sprintf("%s %s (once k3s runs)", action, s.Path)}}}, nil
 	}
-	now := time.Now
-	if s.Now != nil {
-		now = s.Now
-	}
-	if cur != nil && Fresh(cur, s.Name, server, ca, s.TTL, now()) && kubeconfig.Private(s.Path) {
+	if cur != nil && Fresh(cur, s.Name, server, ca, s.TTL, time.Now()) && kubeconfig.Private(s.Path) {
 		return step.Plan{Note: s.Path + " up to date"}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.Path, Action: action,

@@ -29,7 +29,7 @@ func TestApplyRunsThePlan(t *testing.T) {
 			want: []string{"run echo planned", "run echo planned"}},
 		{name: "config", step: func(v *VM) step.Step { return &Config{V: v} }, tamper: file, want: []string{"write /planned"}},
 		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} }, tamper: marked, want: []string{"run echo planned"}},
-		{name: "restart-k3s", step: func(v *VM) step.Step { return &Restart{V: v} },
+		{name: "restart-k3s", step: func(v *VM) step.Step { return &Restart{NodeReady: &NodeReady{V: v}} },
 			facts: func(v *VM) { v.Installed = "v1.35.7+k3s1" }, tamper: marked, want: []string{"run echo planned"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

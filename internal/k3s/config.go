@@ -39,10 +39,6 @@ func (s *Config) ID() string { return "config" }
 // Host implements step.Step.
 func (s *Config) Host() string { return s.V.Name() }
 
-func (s *Config) want() []byte {
-	return RenderConfig(s.V.Spec.IP.String())
-}
-
 // Check implements step.Step.
 func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 	var cur []byte
@@ -57,7 +53,7 @@ func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 	if err != nil {
 		return step.Plan{}, err
 	}
-	want := s.want()
+	want := s.V.config()
 	if bytes.Equal(cur, want) {
 		return step.Plan{Note: ConfigPath + " up to date"}, nil
 	}
@@ -83,11 +79,9 @@ func (s *Config) Apply(ctx context.Context, p step.Plan) error {
 // last changed, or config.yaml is not yet what it will be written as
 // (check mode). The installer (re)starts k3s itself, so an install or
 // upgrade still to come skips it. Like node-ready, it then waits for the
-// node (a step.Waiter through NodeReady).
-type Restart struct {
-	V *VM
-	*NodeReady
-}
+// node: it is a step.Waiter through the NodeReady it embeds, whose VM it
+// acts on.
+type Restart struct{ *NodeReady }
 
 var _ step.Waiter = (*Restart)(nil)
 
@@ -116,7 +110,7 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, fmt.Errorf("read when k3s started and config.yaml changed: %w", err)
 	}
 	restart := step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Payload: remote.Command("systemctl", "restart", "k3s").AsRoot()}}}
-	if res[0].ExitCode != 0 || !bytes.Equal(res[0].Stdout, RenderConfig(s.V.Spec.IP.String())) {
+	if res[0].ExitCode != 0 || !bytes.Equal(res[0].Stdout, s.V.config()) {
 		restart.Changes[0].Summary = "restart k3s to load the new " + ConfigPath
 		return restart, nil
 	}

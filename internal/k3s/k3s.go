@@ -47,6 +47,10 @@ func (v *VM) Name() string { return v.Spec.Name }
 
 func (v *VM) ro() remote.Host { return remote.ReadOnly(v.Host) }
 
+// config is config.yaml as it should be on this VM: what the config step
+// writes and the restart step compares.
+func (v *VM) config() []byte { return RenderConfig(v.Spec.IP.String()) }
+
 // Gather reads the installed k3s version.
 func (v *VM) Gather(ctx context.Context) error {
 	if v.Host == nil {

@@ -87,7 +87,7 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 			check,
 			&k3s.Config{V: v},
 			&k3s.Install{V: v},
-			&k3s.Restart{V: v, NodeReady: ready},
+			&k3s.Restart{NodeReady: ready},
 			ready,
 		},
 	}
