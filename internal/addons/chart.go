@@ -135,7 +135,10 @@ func (s *Manifest) Apply(ctx context.Context, p step.Plan) error {
 	return err
 }
 
-func (s *Manifest) ready() *Ready { return &Ready{C: s.C, Timeout: s.Timeout} }
+func (s *Manifest) ready() *Ready { return &Ready{C: s.C} }
+
+// Bound implements step.Waiter.
+func (s *Manifest) Bound() time.Duration { return orDefault(s.Timeout, ChartTimeout) }
 
 // Observe implements step.Waiter.
 func (s *Manifest) Observe(ctx context.Context) (bool, string, error) {
@@ -152,5 +155,5 @@ func (s *Manifest) Wait(ctx context.Context) error {
 	if cl == nil {
 		return fmt.Errorf("wait for %s: no connection to the cluster", s.C.Name)
 	}
-	return s.ready().wait(ctx, cl)
+	return s.ready().wait(ctx, cl, s.Bound())
 }

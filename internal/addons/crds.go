@@ -63,15 +63,15 @@ func (s *ProviderAPI) Observe(ctx context.Context) (bool, string, error) {
 	return why == "", why, nil
 }
 
+// Bound implements step.Waiter.
+func (s *ProviderAPI) Bound() time.Duration { return orDefault(s.Timeout, CRDTimeout) }
+
 // Wait implements step.Waiter.
 func (s *ProviderAPI) Wait(ctx context.Context) error {
 	cl := s.V.Cluster()
 	if cl == nil {
 		return errors.New("wait for the provider API: no connection to the cluster")
 	}
-	timeout := orDefault(s.Timeout, CRDTimeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	last := ""
 	// The dry-run's answer changes when the operator's webhook starts
 	// serving, which no watch shows; a failed dry-run is retried with a
@@ -99,7 +99,7 @@ func (s *ProviderAPI) Wait(ctx context.Context) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("provider API not usable after %s: %s", timeout, last)
+		return fmt.Errorf("provider API not usable after %s: %s", s.Bound(), last)
 	}
 	return nil
 }

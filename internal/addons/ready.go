@@ -22,9 +22,9 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// ChartTimeout bounds the wait for a chart to become usable. k3s picks a
-// changed manifest up within 15 s; the rest is the helm job and the
-// chart's Deployments.
+// ChartTimeout is the default bound of the wait for a chart to become
+// usable. k3s picks a changed manifest up within 15 s; the rest is the
+// helm job (and its retries) and the chart's Deployments.
 const ChartTimeout = 10 * time.Minute
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -56,19 +56,20 @@ func (e *JobFailedError) Error() string {
 // Ready says when a chart is usable: k3s applied its HelmChart, the
 // helm-install Job for that spec completed, and the chart's key Deployment
 // is Available. HelmChart status only ever says JobCreated or Failed, so
-// it is not what this waits on. A failing Job is reported at once. The
-// Manifest step waits with it.
+// it is not what this waits on. A failed attempt of the Job is not the
+// end: helm-controller's Job retries (backoffLimit 1000), so the wait goes
+// on, reporting helm's message, until the Job completes, gives up, or the
+// wait's bound passes. The Manifest step waits with it.
 type Ready struct {
 	C Chart
-	// Timeout bounds the wait; zero means ChartTimeout.
-	Timeout time.Duration
+	// failing is the Job's last failed attempt seen, for the error at the
+	// wait's bound.
+	failing *jobFailure
 }
 
-// wait blocks until the chart is usable, its Job fails, or the timeout.
-func (s *Ready) wait(ctx context.Context, cl *kube.Cluster) error {
-	timeout := orDefault(s.Timeout, ChartTimeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// wait blocks until the chart is usable, its Job gives up, or ctx's
+// deadline (the step's bound) passes.
+func (s *Ready) wait(ctx context.Context, cl *kube.Cluster, bound time.Duration) error {
 	last := "nothing observed yet"
 	err := kube.Until(ctx, s.watches(cl), func(ctx context.Context) (bool, error) {
 		ok, why, err := s.Observe(ctx, cl)
@@ -79,10 +80,18 @@ func (s *Ready) wait(ctx context.Context, cl *kube.Cluster) error {
 		return ok, err
 	})
 	var jf *JobFailedError
-	if err != nil && ctx.Err() != nil && !errors.As(err, &jf) {
-		return fmt.Errorf("%s %s not usable after %s: %s", s.C.Name, s.C.Version, timeout, last)
+	if err == nil || errors.As(err, &jf) || ctx.Err() == nil {
+		return err
 	}
-	return err
+	if f := s.failing; f != nil {
+		// The Events are read once, for the error: the retries are
+		// reported as they happen by their message alone.
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return fmt.Errorf("%s %s not usable after %s: its helm-install Job kept failing while helm-controller retried it: %w",
+			s.C.Name, s.C.Version, bound, f.err(bg, cl, s.C.Name))
+	}
+	return fmt.Errorf("%s %s not usable after %s: %s", s.C.Name, s.C.Version, bound, last)
 }
 
 func (s *Ready) note() string {
@@ -135,10 +144,17 @@ func (s *Ready) Observe(ctx context.Context, cl *kube.Cluster) (bool, string, er
 	if env := jobEnv(job); env["VERSION"] != s.C.Version || env["REPO"] != s.C.Repo {
 		return false, fmt.Sprintf("Job %s still runs the previous spec (%s)", s.job(), env["VERSION"]), nil
 	}
-	if err := s.jobFailure(ctx, cl, job); err != nil {
-		return false, "", err
-	}
 	if !jobComplete(job) {
+		f, err := s.jobFailure(ctx, cl, job)
+		switch {
+		case err != nil:
+			return false, "", err
+		case f != nil && f.final:
+			return false, "", f.err(ctx, cl, s.C.Name)
+		case f != nil:
+			s.failing = f
+			return false, fmt.Sprintf("Job %s failed, helm-controller retries it: %s", s.job(), firstLine(f.message)), nil
+		}
 		return false, "Job " + s.job() + " running helm", nil
 	}
 	d, err := cl.Typed.AppsV1().Deployments(s.C.TargetNamespace).Get(ctx, s.C.Deployment, metav1.GetOptions{})
@@ -173,42 +189,63 @@ func jobComplete(j *batchv1.Job) bool {
 	return false
 }
 
-// jobFailure returns a JobFailedError when the Job failed or its helm
-// container exited non-zero. The Job retries up to backoffLimit (1000)
-// times, so a failed attempt is reported now rather than after them.
-func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job) error {
-	msg := ""
+// jobFailure is a failed attempt of a helm-install Job: helm's message
+// and the objects whose Events explain it. final means the Job itself
+// failed (its backoffLimit is spent): nothing will retry it.
+type jobFailure struct {
+	job     string
+	message string
+	final   bool
+	objects []metav1.Object
+}
+
+func (f *jobFailure) err(ctx context.Context, cl *kube.Cluster, chart string) *JobFailedError {
+	return &JobFailedError{Chart: chart, Job: f.job, Message: f.message, Events: Events(ctx, cl, ChartNamespace, f.objects...)}
+}
+
+// jobFailure returns the Job's failure, if it failed or its helm container
+// last exited non-zero; nil while no attempt has failed.
+func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job) (*jobFailure, error) {
+	f := &jobFailure{job: j.Name}
 	for _, c := range j.Status.Conditions {
 		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-			msg = c.Reason + ": " + c.Message
+			f.message, f.final = c.Reason+": "+c.Message, true
 		}
 	}
 	pods, err := cl.Typed.CoreV1().Pods(ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
 	if err != nil {
-		return fmt.Errorf("list the Pods of Job %s: %w", j.Name, err)
+		return nil, fmt.Errorf("list the Pods of Job %s: %w", j.Name, err)
 	}
-	objects := []metav1.Object{j}
+	f.objects = []metav1.Object{j}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.Labels["controller-uid"] != "" && p.Labels["controller-uid"] != string(j.UID) {
 			continue
 		}
-		objects = append(objects, p)
+		f.objects = append(f.objects, p)
 		for _, cs := range p.Status.ContainerStatuses {
 			for _, st := range []corev1.ContainerState{cs.State, cs.LastTerminationState} {
-				if t := st.Terminated; t != nil && t.ExitCode != 0 && msg == "" {
-					msg = t.Message
-					if msg == "" {
-						msg = fmt.Sprintf("container %s exited %d (%s)", cs.Name, t.ExitCode, t.Reason)
+				if t := st.Terminated; t != nil && t.ExitCode != 0 && f.message == "" {
+					f.message = t.Message
+					if f.message == "" {
+						f.message = fmt.Sprintf("container %s exited %d (%s)", cs.Name, t.ExitCode, t.Reason)
 					}
 				}
 			}
 		}
 	}
-	if msg == "" {
-		return nil
+	if f.message == "" {
+		return nil, nil
 	}
-	return &JobFailedError{Chart: s.C.Name, Job: j.Name, Message: msg, Events: Events(ctx, cl, ChartNamespace, objects...)}
+	return f, nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // Events lists the Events of the given objects in ns (this incarnation of

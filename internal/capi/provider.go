@@ -117,8 +117,10 @@ func (s *ProviderStep) Observe(ctx context.Context) (bool, string, error) {
 	return ok, why, err
 }
 
-// Wait implements step.Waiter: until Ready at the pin, bounded by the
-// cluster's wait timeout.
+// Bound implements step.Waiter: the cluster's wait timeout.
+func (s *ProviderStep) Bound() time.Duration { return s.C.timeout() }
+
+// Wait implements step.Waiter: until Ready at the pin.
 func (s *ProviderStep) Wait(ctx context.Context) error { return s.wait(ctx) }
 
 func (s *ProviderStep) note() string {
@@ -186,8 +188,6 @@ func (s *ProviderStep) observe(ctx context.Context) (*unstructured.Unstructured,
 }
 
 func (s *ProviderStep) wait(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.C.timeout())
-	defer cancel()
 	last := "not reconciled yet"
 	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.P.Name).String()}
 	cleared := false

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"io"
 	"os"
 	"path/filepath"
@@ -272,7 +273,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	cmd.Flags().StringSliceVar(&f.skipTags, "skip-tags", nil, "skip these phases")
 	cmd.Flags().BoolVar(&f.detailed, "detailed-exitcode", false, "exit 3 when changes were made or are pending")
 	cmd.Flags().BoolVar(&f.acceptNew, "accept-new-host-key", false, "learn the VM's SSH host key although this run did not create the VM")
-	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 0, "bound each wait for a chart or a provider (default 10m)")
+	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 0, "bound every wait (defaults: the VM answering SSH 5m, node Ready 5m, provider API 5m, a chart 10m, a provider 10m)")
 	if !plan {
 		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
 		cmd.Flags().BoolVar(&f.diff, "diff", false, "show unified diffs of files and manifests (secrets redacted)")
@@ -360,7 +361,11 @@ func nextHint(err error) string {
 	case errors.As(err, &locked):
 		return "next: wait for the other run to finish, then run mgmtctl again\n"
 	case errors.As(err, &unreachable):
-		return fmt.Sprintf("next: check that %s answers SSH (ssh %s), then run mgmtctl again\n", unreachable.Addr, unreachable.Addr)
+		host, port, err := net.SplitHostPort(unreachable.Addr)
+		if err != nil {
+			host, port = unreachable.Addr, "22"
+		}
+		return fmt.Sprintf("next: check that %s answers SSH (ssh -p %s %s), then run mgmtctl again\n", unreachable.Addr, port, host)
 	case errors.Is(err, engine.ErrInterrupted):
 		return "next: run the same command again; it continues where this run stopped\n"
 	}

@@ -248,7 +248,7 @@ func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error
 			}
 		}
 		if waits {
-			if err := w.Wait(ctx); err != nil {
+			if err := wait(ctx, w); err != nil {
 				return fail(err)
 			}
 		}
@@ -263,4 +263,22 @@ func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error
 	end.Duration = r.now().Sub(start)
 	r.emit(end)
 	return plan, nil
+}
+
+// wait runs w's wait under its bound: every wait of a run ends, one way
+// or the other.
+func wait(ctx context.Context, w step.Waiter) error {
+	bound := w.Bound()
+	if bound <= 0 {
+		return fmt.Errorf("%s has no bound for its wait", w.ID())
+	}
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	err := w.Wait(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), bound.String()) {
+		// A waiter's own message names its bound with what it last saw;
+		// a bare deadline still says why.
+		return fmt.Errorf("gave up after %s: %w", bound, err)
+	}
+	return err
 }

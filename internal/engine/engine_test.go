@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/step"
 	"github.com/mgmtctl/mgmtctl/internal/steptest"
@@ -308,8 +309,8 @@ func TestWaiter(t *testing.T) {
 	if _, err := Run(context.Background(), ps(wait), Options{}, &ev); err != nil {
 		t.Fatal(err)
 	}
-	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/node-ready=ok"}) || wait.Waited != 1 {
-		t.Errorf("apply: %v, waited %d", got, wait.Waited)
+	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/node-ready=ok"}) || wait.Waited != 1 || !wait.HadDeadline {
+		t.Errorf("apply: %v, waited %d, deadline %v", got, wait.Waited, wait.HadDeadline)
 	}
 
 	// A wait that fails fails its step, with what it last saw.
@@ -322,6 +323,22 @@ func TestWaiter(t *testing.T) {
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != "node-ready" || !strings.Contains(err.Error(), "still waiting: /node is , not Ready") {
 		t.Errorf("failed wait: %v", err)
+	}
+
+	// Every wait ends at its bound: one never released fails then, with
+	// what it last saw.
+	forever := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
+		Release: make(chan struct{}), Timeout: 20 * time.Millisecond}
+	_, err = Run(context.Background(), ps(forever), Options{}, &events{})
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "still waiting: /node is , not Ready") {
+		t.Errorf("bounded wait: %v", err)
+	}
+	// A waiter without a bound is refused, not waited for forever.
+	unbounded := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
+		Release: make(chan struct{}), Timeout: -1}
+	_, err = Run(context.Background(), ps(unbounded), Options{}, &events{})
+	if err == nil || !strings.Contains(err.Error(), "no bound") || unbounded.Waited != 0 {
+		t.Errorf("unbounded wait: %v (waited %d)", err, unbounded.Waited)
 	}
 
 	// Changes first, then the wait: the step changed, and was waited for.

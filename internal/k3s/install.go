@@ -26,7 +26,7 @@ func (s *Install) Host() string { return s.V.Name() }
 func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 	k := s.V.Spec
 	want := k.Version.String()
-	run := remote.Script(installScript, k.InstallScriptURL, want).AsRoot()
+	run := remote.Script("install k3s "+want+" with "+k.InstallScriptURL, installScript, k.InstallScriptURL, want).AsRoot()
 	// k3s does not downgrade (its maintainers refuse to: k3s-io/k3s#7537):
 	// a newer release installed than pinned is an error, not a plan.
 	if got, err := config.ParseK3sRelease(s.V.Installed); err == nil && got.Compare(k.Version) > 0 {
@@ -53,7 +53,7 @@ func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 const installScript = `set -eu
 tmp=$(mktemp)
 trap 'rm -f -- "$tmp"' EXIT
-curl -sfL --retry 3 -o "$tmp" -- "$1"
+curl -sSfL --retry 3 --connect-timeout 30 --speed-limit 1 --speed-time 60 -o "$tmp" -- "$1"
 INSTALL_K3S_VERSION=$2 sh "$tmp"
 # The installer skips the start when nothing changed; a service left
 # stopped by an interrupted install must run all the same.

@@ -2,6 +2,7 @@ package k3s
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,7 +10,8 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// NodeReadyTimeout bounds the wait for the node to become Ready.
+// NodeReadyTimeout is the default bound of the wait for the node to become
+// Ready (after an install, an upgrade or a restart).
 const NodeReadyTimeout = 5 * time.Minute
 
 // NodeReady waits (a step.Waiter with nothing to change), over the
@@ -21,6 +23,8 @@ type NodeReady struct {
 	// API is the run's one way to the cluster; it returns a nil cluster
 	// in check mode while k3s has not written its kubeconfig yet.
 	API func(ctx context.Context) (*kube.Cluster, error)
+	// Timeout bounds the wait; zero means NodeReadyTimeout.
+	Timeout time.Duration
 }
 
 var _ step.Waiter = (*NodeReady)(nil)
@@ -60,10 +64,16 @@ func (s *NodeReady) Observe(ctx context.Context) (bool, string, error) {
 	return ok, why, nil
 }
 
+// Bound implements step.Waiter.
+func (s *NodeReady) Bound() time.Duration {
+	if s.Timeout <= 0 {
+		return NodeReadyTimeout
+	}
+	return s.Timeout
+}
+
 // Wait implements step.Waiter.
 func (s *NodeReady) Wait(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, NodeReadyTimeout)
-	defer cancel()
 	// k3s writes k3s.yaml once its apiserver answers; the installer has
 	// already waited for that (Type=notify).
 	cl, err := s.API(ctx)
@@ -74,5 +84,9 @@ func (s *NodeReady) Wait(ctx context.Context) error {
 		return fmt.Errorf("%s does not exist: is k3s installed?", KubeconfigPath)
 	}
 	step.Progress(ctx, "waiting for node "+s.V.Name()+" to be Ready")
-	return kube.WaitNodeReady(ctx, cl.Typed, s.V.Name())
+	err = kube.WaitNodeReady(ctx, cl.Typed, s.V.Name())
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w (after %s; on the VM, k3s's log says why: sudo journalctl -u k3s)", err, s.Bound())
+	}
+	return err
 }

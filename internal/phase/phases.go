@@ -46,22 +46,40 @@ func vmPhase(s *Session) step.Phase {
 				return n.Name(), err
 			}
 			n.Host = h
-			return n.Name(), n.Gather(ctx)
+			if err := n.Gather(ctx); err != nil {
+				return n.Name(), err
+			}
+			return n.Name(), verifyVMKey(ctx, s, n)
 		},
 		Steps: []step.Step{
 			&proxmox.Image{N: n},
 			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, BeforeCreate: s.MarkNewVM},
 			&proxmox.GrowDisk{N: n},
 			&proxmox.StartVM{N: n},
-			&proxmox.Reachable{N: n, Dial: dial},
+			&proxmox.Reachable{N: n, Dial: dial, Record: newVM{s}, Timeout: s.WaitTimeout},
 		},
 	}
+}
+
+// verifyVMKey checks the running VM's host key before the phase changes
+// anything: a changed key found only at wait-ssh would come after an image
+// download or a disk resize. A VM that does not answer yet is wait-ssh's
+// business; one mgmtctl has not reached yet has no key to check.
+func verifyVMKey(ctx context.Context, s *Session, n *proxmox.Node) error {
+	if !n.Facts.Running || !n.Ours() || s.VMNeverReached() {
+		return nil
+	}
+	_, err := s.DialVM(ctx, false, false, nil)
+	if err != nil && remote.IsUnreachable(err) && !isHostKeyErr(err) {
+		return nil
+	}
+	return err
 }
 
 func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 	c := &s.Config.Cluster
 	v := &k3s.VM{Spec: k3sSpec(c)}
-	ready := &k3s.NodeReady{V: v, API: a.api}
+	ready := &k3s.NodeReady{V: v, API: a.api, Timeout: s.WaitTimeout}
 	check := &k3s.HostKeyCheck{Name: c.Spec.Proxmox.Node, VMID: c.Spec.VM.ID, Pinned: s.VMHostKey}
 	return step.Phase{
 		Tag: step.TagK3s,

@@ -41,8 +41,9 @@ type Session struct {
 	// did not create the VM (--accept-new-host-key).
 	AcceptNewHostKey bool
 	forgotVMKey      bool
-	// WaitTimeout bounds each wait of the addons and capi phases (a chart
-	// usable, a provider Ready); zero keeps each wait's default.
+	// WaitTimeout bounds every wait (the VM answering SSH, the node
+	// Ready, a chart usable, the provider API, a provider Ready); zero
+	// keeps each wait's default.
 	WaitTimeout time.Duration
 	// Redact registers secret values met during the run (credentials in
 	// k3s.yaml, minted tokens) with the run's redactor.
@@ -156,6 +157,38 @@ func (s *Session) newVMMarker() string {
 	return s.Config.Env.Expand(fmt.Sprintf("~/.config/mgmtctl/new-vm-%d-%s", c.Spec.VM.ID, c.Spec.VM.Net.Addr()))
 }
 
+// VMNeverReached reports that mgmtctl created the VM and has never
+// reached it: its host key is still to be learned.
+func (s *Session) VMNeverReached() bool {
+	_, err := os.Stat(s.newVMMarker())
+	return err == nil
+}
+
+// newVM is the session's record of the VM it created (proxmox.NewVMRecord):
+// the marker file, and a line in it once a run gave up waiting for it.
+type newVM struct{ s *Session }
+
+const gaveUpLine = "a run waited for SSH to the end of its bound\n"
+
+func (r newVM) NeverReached() bool { return r.s.VMNeverReached() }
+
+func (r newVM) GaveUp() bool {
+	b, err := os.ReadFile(r.s.newVMMarker())
+	return err == nil && strings.Contains(string(b), gaveUpLine)
+}
+
+func (r newVM) RecordGaveUp() error {
+	if r.s.ReadOnly || r.GaveUp() {
+		return nil
+	}
+	f, err := os.OpenFile(r.s.newVMMarker(), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(gaveUpLine)
+	return errors.Join(err, f.Close())
+}
+
 // MarkNewVM records that this run is about to create the VM.
 func (s *Session) MarkNewVM() error {
 	p := s.newVMMarker()
@@ -183,8 +216,7 @@ func (s *Session) VMTarget() remote.Target {
 // before. With wait, it keeps trying until the VM answers or ctx ends.
 func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(string)) (remote.Host, error) {
 	t := s.VMTarget()
-	_, err := os.Stat(s.newVMMarker())
-	created = created || err == nil
+	created = created || s.VMNeverReached()
 	if created && !s.forgotVMKey {
 		if err := remote.ForgetHostKey(s.VMKnownHosts(), t.Addr); err != nil {
 			return nil, fmt.Errorf("update %s: %w", s.VMKnownHosts(), err)

@@ -2,8 +2,11 @@ package proxmox
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
@@ -42,6 +45,10 @@ func TestApplyRunsThePlan(t *testing.T) {
 			want:   []string{"run echo planned"}},
 		{name: "start-vm", step: func(n *Node) step.Step { return &StartVM{N: n} },
 			facts:  func(n *Node) { n.Facts.VMExists = true },
+			tamper: func(c *step.Change) { c.Payload = marked },
+			want:   []string{"run echo planned"}},
+		{name: "wait-ssh", step: func(n *Node) step.Step { return hungVM(n) },
+			facts:  func(n *Node) { n.Facts.VMExists, n.Facts.Running, n.Facts.Uptime = true, true, time.Hour },
 			tamper: func(c *step.Change) { c.Payload = marked },
 			want:   []string{"run echo planned"}},
 	} {
@@ -83,4 +90,91 @@ func batchCmd(h *remotetest.Host) string {
 		}
 	}
 	return ""
+}
+
+// record is a NewVMRecord in memory.
+type record struct{ never, gaveUp bool }
+
+func (r *record) NeverReached() bool  { return r.never }
+func (r *record) GaveUp() bool        { return r.gaveUp }
+func (r *record) RecordGaveUp() error { r.gaveUp = true; return nil }
+
+// hungVM is the wait-ssh step of a VM that never answers and that mgmtctl
+// created and never reached.
+func hungVM(n *Node) *Reachable {
+	return &Reachable{N: n, Record: &record{never: true}, Timeout: time.Minute,
+		Dial: func(ctx context.Context, wait bool) (remote.Host, error) {
+			return nil, &remote.UnreachableError{Host: "vm", Addr: "192.0.2.50:22", Attempts: 1, Err: errors.New("no route to host")}
+		}}
+}
+
+// TestResetOnlyAVMThatNeverBooted: wait-ssh resets a VM only when mgmtctl
+// made it, never reached it, it has run past the bound and still does not
+// answer; a VM that answered once is never reset (it may hold the cluster).
+func TestResetOnlyAVMThatNeverBooted(t *testing.T) {
+	answers := func(ctx context.Context, wait bool) (remote.Host, error) {
+		return &remotetest.Host{HostName: "vm"}, nil
+	}
+	for _, tc := range []struct {
+		name   string
+		uptime time.Duration
+		rec    record
+		dial   VMDialer
+		start  bool // this run started it
+		reset  bool
+	}{
+		{name: "a run gave up on it", uptime: 30 * time.Second, rec: record{never: true, gaveUp: true}, reset: true},
+		{name: "up past the bound", uptime: 2 * time.Minute, rec: record{never: true}, reset: true},
+		{name: "still within its boot time", uptime: 30 * time.Second, rec: record{never: true}},
+		{name: "reached before", uptime: time.Hour, rec: record{never: false, gaveUp: true}},
+		{name: "answers now", uptime: time.Hour, rec: record{never: true, gaveUp: true}, dial: answers},
+		{name: "started by this run", uptime: time.Hour, rec: record{never: true, gaveUp: true}, start: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Node{Spec: spec(), Host: &remotetest.Host{HostName: "pve"}, Started: tc.start}
+			n.Facts.VMExists, n.Facts.Running, n.Facts.Uptime = true, true, tc.uptime
+			s := hungVM(n)
+			s.Record = &tc.rec
+			if tc.dial != nil {
+				s.Dial = tc.dial
+			}
+			p, err := s.Check(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := !p.Empty(); got != tc.reset {
+				t.Fatalf("reset planned = %v, want %v: %+v", got, tc.reset, p)
+			}
+			if tc.reset && (p.Changes[0].Payload.(remote.Cmd).String() != "qm reset 110" || !strings.Contains(p.Changes[0].Summary, "never answered SSH since mgmtctl created it (no route to host)")) {
+				t.Errorf("plan: %+v", p.Changes[0])
+			}
+		})
+	}
+}
+
+// TestWaitSSHAtItsBound: a VM silent until the wait's deadline fails with
+// what was last seen, where to look and what the next run does; the error
+// is still an unreachable host's (exit 4).
+func TestWaitSSHAtItsBound(t *testing.T) {
+	n := &Node{Spec: spec(), Host: &remotetest.Host{HostName: "pve"}}
+	s := hungVM(n)
+	s.Dial = func(ctx context.Context, wait bool) (remote.Host, error) {
+		<-ctx.Done()
+		return nil, &remote.UnreachableError{Host: "vm", Addr: "192.0.2.50:22", Attempts: 9, Err: errors.New("connect: no route to host")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	err := s.Wait(ctx)
+	for _, want := range []string{"VM 110 is running but did not answer SSH on 192.0.2.50:22 within 1m0s", "no route to host (after 9 attempts)",
+		"qm terminal 110 on pve", "the next apply resets it (qm reset 110)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if !remote.IsUnreachable(err) {
+		t.Errorf("not an unreachable host's error: %v", err)
+	}
+	if !s.Record.GaveUp() {
+		t.Error("the wait that gave up is not recorded for the next run")
+	}
 }

@@ -24,7 +24,7 @@ func (s *Image) Host() string { return s.N.Name() }
 func (s *Image) Check(ctx context.Context) (step.Plan, error) {
 	sp := s.N.Spec
 	want, got, p := sp.ImageSHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
-	download := remote.Script(downloadScript, sp.ImageURL, p, want)
+	download := remote.Script("download "+sp.ImageURL, downloadScript, sp.ImageURL, p, want)
 	switch got {
 	case want:
 		return step.Plan{Note: p + " present, sha256 verified"}, nil
@@ -44,10 +44,11 @@ url=$1 dst=$2 want=$3
 mkdir -p -- "$(dirname -- "$dst")"
 tmp=$(mktemp "$dst.mgmtctl-XXXXXX")
 trap 'rm -f -- "$tmp"' EXIT
+# A stalled transfer (no byte for a minute) fails rather than hangs.
 if command -v curl >/dev/null 2>&1; then
-  curl -fsSL --retry 3 -o "$tmp" -- "$url"
+  curl -fsSL --retry 3 --connect-timeout 30 --speed-limit 1 --speed-time 60 -o "$tmp" -- "$url"
 else
-  wget -q -O "$tmp" -- "$url"
+  wget -q --timeout=60 -O "$tmp" -- "$url"
 fi
 got=$(sha256sum < "$tmp" | cut -d' ' -f1)
 if [ "$got" != "$want" ]; then
@@ -66,7 +67,7 @@ func (s *Image) Apply(ctx context.Context, p step.Plan) error {
 		return fmt.Errorf("download image to %s: %s; nothing was kept under the final name", s.N.ImagePath(), ee.Stderr)
 	}
 	if err != nil {
-		return fmt.Errorf("download image to %s: %w", s.N.ImagePath(), err)
+		return fmt.Errorf("image %s: %w", s.N.ImagePath(), err)
 	}
 	s.N.Facts.ImageSHA256 = s.N.Spec.ImageSHA256
 	return nil

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
@@ -22,6 +23,9 @@ type Facts struct {
 	VMExists bool
 	Config   map[string]string // qm config, when the VM exists
 	Running  bool
+	// Uptime is how long the running VM has run since its start (qm
+	// status --verbose).
+	Uptime time.Duration
 	// ImageSHA256 is the sum of the file at the image's path, "" if absent.
 	ImageSHA256 string
 }
@@ -81,7 +85,7 @@ func (n *Node) ro() remote.Host { return remote.ReadOnly(n.Host) }
 func (n *Node) Gather(ctx context.Context) error {
 	res, err := remote.Batch(ctx, n.ro(), false,
 		remote.Query("qm", "config", n.VMID()),
-		remote.Query("qm", "status", n.VMID()),
+		remote.Query("qm", "status", n.VMID(), "--verbose"),
 		remote.Query("sha256sum", "--", n.ImagePath()),
 	)
 	if err != nil {
@@ -97,7 +101,11 @@ func (n *Node) Gather(ctx context.Context) error {
 		return fmt.Errorf("qm config %s exited %d: %s", n.VMID(), res[0].ExitCode, strings.TrimSpace(string(res[0].Stderr)))
 	}
 	if f.VMExists {
-		f.Running = strings.TrimSpace(string(res[1].Stdout)) == "status: running"
+		st := ParseConfig(string(res[1].Stdout))
+		f.Running = st["status"] == "running"
+		if secs, err := strconv.Atoi(st["uptime"]); err == nil && f.Running {
+			f.Uptime = time.Duration(secs) * time.Second
+		}
 	}
 	if sum := strings.Fields(string(res[2].Stdout)); res[2].ExitCode == 0 && len(sum) > 0 {
 		f.ImageSHA256 = sum[0]
@@ -106,7 +114,8 @@ func (n *Node) Gather(ctx context.Context) error {
 	return nil
 }
 
-// ParseConfig reads `qm config` output.
+// ParseConfig reads `qm config` output (and `qm status --verbose`'s, which
+// prints its top-level keys the same way).
 func ParseConfig(out string) map[string]string {
 	c := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {

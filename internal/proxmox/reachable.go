@@ -5,10 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
+
+// BootTimeout is the default bound of the wait for a VM to answer SSH and
+// finish cloud-init. The cloud image boots and runs cloud-init in well
+// under a minute on any Proxmox host; five minutes leaves room for a slow
+// disk without leaving a failed boot unnoticed for long.
+const BootTimeout = 5 * time.Minute
 
 // VMDialer connects to the VM. wait keeps trying (with bounded backoff)
 // until the VM answers or ctx ends; without it one attempt is made.
@@ -17,9 +24,31 @@ type VMDialer func(ctx context.Context, wait bool) (remote.Host, error)
 // Reachable waits until the VM answers SSH with its user's key and
 // cloud-init is done: cloud-init still holding apt would break the k3s
 // phase. It never depends on the guest agent, which the cloud image lacks.
+//
+// A VM mgmtctl created and never reached, that a run already waited for
+// in vain (or that has run longer than the bound), and that still does not
+// answer never booted (a hung guest, a boot that failed while its cause
+// was there): it holds nothing, so the step resets it (qm reset) and waits
+// again. That is how a plain re-run recovers once the cause is gone. A VM
+// that answered before is never reset: it may hold the cluster, and a
+// network fault is no reason to reboot it.
 type Reachable struct {
 	N    *Node
 	Dial VMDialer
+	// Record is the laptop's record of a VM mgmtctl created and never
+	// reached; nil: none is kept, and no VM is ever reset.
+	Record NewVMRecord
+	// Timeout bounds the wait; zero means BootTimeout.
+	Timeout time.Duration
+}
+
+// NewVMRecord is what the laptop remembers of a VM mgmtctl created: that
+// it has never answered SSH yet (its host key is still to be learned), and
+// whether a run has waited for it to the end of its bound.
+type NewVMRecord interface {
+	NeverReached() bool
+	GaveUp() bool
+	RecordGaveUp() error
 }
 
 var _ step.Waiter = (*Reachable)(nil)
@@ -34,13 +63,45 @@ func (s *Reachable) addr() string {
 	return s.N.Spec.Net.Addr().String()
 }
 
-// Check implements step.Step: a VM answering is waited for, not made.
-func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
-	return step.Plan{Note: "SSH answers and cloud-init is done"}, nil
+// Bound implements step.Waiter.
+func (s *Reachable) Bound() time.Duration {
+	if s.Timeout <= 0 {
+		return BootTimeout
+	}
+	return s.Timeout
 }
 
-// Apply implements step.Step; the plan is always empty.
-func (s *Reachable) Apply(ctx context.Context, p step.Plan) error { return nil }
+// Check implements step.Step: a VM answering is waited for, not made;
+// only a VM that never booted is reset.
+func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
+	ok := step.Plan{Note: "SSH answers and cloud-init is done"}
+	f := s.N.Facts
+	if !f.VMExists || !f.Running || s.N.Started || s.Record == nil || !s.Record.NeverReached() || (!s.Record.GaveUp() && f.Uptime < s.Bound()) {
+		return ok, nil
+	}
+	// It has had its boot time. If it answers now, it was only slow.
+	_, err := s.Dial(ctx, false)
+	var hk *remote.HostKeyError
+	switch {
+	case err == nil:
+		return ok, nil
+	case errors.As(err, &hk):
+		return step.Plan{}, err
+	}
+	id := s.N.VMID()
+	return step.Plan{Changes: []step.Change{{Target: "VM " + id, Action: step.Run,
+		Summary: fmt.Sprintf("reset VM %s: up %s, it never answered SSH since mgmtctl created it (%v)", id, f.Uptime, rootCause(err)),
+		Payload: remote.Command("qm", "reset", id)}}}, nil
+}
+
+// Apply implements step.Step: it resets the VM that never booted.
+func (s *Reachable) Apply(ctx context.Context, p step.Plan) error {
+	if _, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
+		return fmt.Errorf("reset VM %s: %w", s.N.VMID(), err)
+	}
+	s.N.Started = true
+	return nil
+}
 
 // Observe implements step.Waiter: one connection attempt and one look at
 // cloud-init.
@@ -79,11 +140,24 @@ func lastLine(s string) string {
 func (s *Reachable) Wait(ctx context.Context) error {
 	step.Progress(ctx, "waiting for SSH on "+s.addr()+":22")
 	h, err := s.Dial(ctx, true)
+	var hk *remote.HostKeyError
+	if err != nil && !errors.As(err, &hk) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if s.Record != nil && s.Record.NeverReached() {
+			if rerr := s.Record.RecordGaveUp(); rerr != nil {
+				return errors.Join(s.neverAnswered(err), rerr)
+			}
+		}
+		return s.neverAnswered(err)
+	}
 	if err != nil {
 		return err
 	}
 	step.Progress(ctx, "waiting for cloud-init to finish")
 	res, err := h.Run(ctx, remote.Query("cloud-init", "status", "--wait"))
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("cloud-init on VM %s still running after %s: read /var/log/cloud-init.log on the VM (or its console: qm terminal %s on %s)",
+			s.N.VMID(), s.Bound(), s.N.VMID(), s.N.Name())
+	}
 	if err != nil {
 		return fmt.Errorf("wait for cloud-init: %w", err)
 	}
@@ -91,4 +165,28 @@ func (s *Reachable) Wait(ctx context.Context) error {
 		return fmt.Errorf("cloud-init did not finish cleanly: %s (see /var/log/cloud-init.log on the VM)", lastLine(out))
 	}
 	return nil
+}
+
+// neverAnswered is the error of a VM still silent at the wait's bound: what
+// was last seen, where to look, and what the next run will do. It wraps
+// the connection error, so the run exits as for any unreachable host.
+func (s *Reachable) neverAnswered(err error) error {
+	id, node := s.N.VMID(), s.N.Name()
+	next := fmt.Sprintf("if it hangs, reset it (qm reset %s on %s) and run apply again", id, node)
+	if s.Record != nil && s.Record.NeverReached() {
+		next = fmt.Sprintf("mgmtctl created it and never reached it, so the next apply resets it (qm reset %s): run it once the cause is gone", id)
+	}
+	return fmt.Errorf("VM %s is running but did not answer SSH on %s:22 within %s: %w; its console shows why (qm terminal %s on %s, serial0); %s",
+		id, s.addr(), s.Bound(), err, id, node, next)
+}
+
+// rootCause is the innermost error, for a one-line summary.
+func rootCause(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
 }

@@ -48,7 +48,7 @@ func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, err
 		fmt.Fprintf(&script, "cat -- \"$d/%d\"; printf '\\n%s %d %%s\\n' \"$(cat -- \"$d/%d.rc\")\"; cat -- \"$d/%d.err\"; printf '\\n%s-err %d\\n'\n", i, marker, i, i, i, marker, i)
 	}
 	script.WriteString("rm -rf -- \"$d\"\n")
-	res, err := r.Run(ctx, Cmd{Args: []string{"sh", "-c", script.String()}, Sudo: sudo, ReadOnly: true})
+	res, err := r.Run(ctx, Cmd{Args: []string{"sh", "-c", script.String()}, Sudo: sudo, ReadOnly: true, Name: "gather facts"})
 	if err != nil {
 		return nil, err
 	}

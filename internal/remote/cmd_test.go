@@ -14,7 +14,7 @@ func TestCmdLine(t *testing.T) {
 		{"non-root becomes root without a prompt", Command("systemctl", "restart", "k3s").AsRoot(), false, "sudo -n -- systemctl restart k3s"},
 		{"non-root without sudo", Query("id", "-u"), false, "id -u"},
 		{"values are quoted", Command("qm", "set", "110", "--name", "lab mgmt; reboot"), true, "qm set 110 --name 'lab mgmt; reboot'"},
-		{"script args stay positional", Script(`echo "$1"`, "$(id)").AsRoot(), false, `sudo -n -- sh -c 'echo "$1"' sh '$(id)'`},
+		{"script args stay positional", Script("echo", `echo "$1"`, "$(id)").AsRoot(), false, `sudo -n -- sh -c 'echo "$1"' sh '$(id)'`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -52,7 +52,7 @@ func (c *Conn) Lock(ctx context.Context, holder string) (release func(), err err
 	if path == "" {
 		path = LockPath
 	}
-	cmd := Script(lockScript, path, fmt.Sprintf("%s since %s", holder, time.Now().UTC().Format(time.RFC3339))).AsRoot()
+	cmd := Script("take the lock "+path, lockScript, path, fmt.Sprintf("%s since %s", holder, time.Now().UTC().Format(time.RFC3339))).AsRoot()
 	line, err := cmd.line(c.t.User == "root")
 	if err != nil {
 		s.Close()

@@ -34,6 +34,10 @@ type Cmd struct {
 	// OKCodes are exit codes other than 0 that are results, not failures
 	// (for example 1 from grep, or a code a script uses to say "absent").
 	OKCodes []int
+	// Name says what the command does ("download https://…"), for errors
+	// and progress; a script's text is for the debug log, not for the
+	// user. Empty means the command line itself.
+	Name string
 }
 
 // Query returns a read-only command.
@@ -43,9 +47,9 @@ func Query(args ...string) Cmd { return Cmd{Args: args, ReadOnly: true} }
 func Command(args ...string) Cmd { return Cmd{Args: args} }
 
 // Script returns a command running a fixed sh script with args as $1...; a
-// script may use only values passed this way.
-func Script(script string, args ...string) Cmd {
-	return Cmd{Args: append([]string{"sh", "-c", script, "sh"}, args...)}
+// script may use only values passed this way. name says what it does.
+func Script(name, script string, args ...string) Cmd {
+	return Cmd{Args: append([]string{"sh", "-c", script, "sh"}, args...), Name: name}
 }
 
 // AsRoot returns c run with sudo.
@@ -73,7 +77,17 @@ func (c Cmd) line(root bool) (string, error) {
 	return shell.Join(args...)
 }
 
-// String is the command as logs and errors show it (before redaction).
+// Display is the command as errors show it: its name, or its command
+// line.
+func (c Cmd) Display() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return c.String()
+}
+
+// String is the command line as the debug log shows it (before
+// redaction).
 func (c Cmd) String() string {
 	s, err := shell.Join(c.Args...)
 	if err != nil {
@@ -134,7 +148,7 @@ const exitAbsent = 44
 
 // ReadFile reads path on h with cat; a missing file is fs.ErrNotExist.
 func ReadFile(ctx context.Context, r Runner, path string, sudo bool) ([]byte, error) {
-	c := Script(readScript, path).AsQuery().Allow(exitAbsent)
+	c := Script("read "+path, readScript, path).AsQuery().Allow(exitAbsent)
 	c.Sudo = sudo
 	res, err := r.Run(ctx, c)
 	if err != nil {
@@ -174,7 +188,7 @@ echo changed`
 // already has f's content, mode and owner.
 func WriteFile(ctx context.Context, r Runner, f File) (bool, error) {
 	sum := sha256Hex(f.Content)
-	c := Script(writeScript, f.Path, fmt.Sprintf("%o", f.Mode.Perm()), f.Owner, sum).WithStdin(f.Content)
+	c := Script("write "+f.Path, writeScript, f.Path, fmt.Sprintf("%o", f.Mode.Perm()), f.Owner, sum).WithStdin(f.Content)
 	c.Sudo = f.Sudo
 	res, err := r.Run(ctx, c)
 	if err != nil {

@@ -173,7 +173,8 @@ func (c *Conn) reconnect(ctx context.Context) error {
 		if n > 1 {
 			select {
 			case <-ctx.Done():
-				return &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: n - 1, Err: ctx.Err()}
+				// The last attempt's error says more than the deadline.
+				return &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: n - 1, Err: err}
 			case <-time.After(c.d.Retry.pause(n - 1)):
 			}
 		}
@@ -287,7 +288,7 @@ func (c *Conn) Run(ctx context.Context, cmd Cmd) (Result, error) {
 		res, err = c.run(ctx, cmd)
 	}
 	if errors.As(err, &lost) {
-		return res, &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: 1, Err: fmt.Errorf("connection lost while running %s: %w", c.redact(cmd.String()), lost.err)}
+		return res, &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: 1, Err: fmt.Errorf("connection lost while running %s: %w", c.redact(cmd.Display()), lost.err)}
 	}
 	return res, err
 }
@@ -317,7 +318,7 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 	}
 	line, err := sent.line(c.t.User == "root")
 	if err != nil {
-		return Result{}, fmt.Errorf("run %s on %s: %w", c.redact(cmd.String()), c.t.Name, err)
+		return Result{}, fmt.Errorf("run %s on %s: %w", c.redact(cmd.Display()), c.t.Name, err)
 	}
 	if !cmd.ReadOnly {
 		ctx = context.WithoutCancel(ctx)
@@ -355,7 +356,7 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 		case <-time.After(5 * time.Second):
 			s.Close()
 		}
-		return Result{}, fmt.Errorf("run %s on %s: %w", c.redact(cmd.String()), c.t.Name, ctx.Err())
+		return Result{}, fmt.Errorf("run %s on %s: %w", c.redact(cmd.Display()), c.t.Name, ctx.Err())
 	}
 	if keepOpen != nil {
 		keepOpen.Close()
@@ -379,7 +380,7 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 		if cmd.Sudo && strings.Contains(msg, "sudo: a password is required") {
 			msg += fmt.Sprintf(" (user %s needs passwordless sudo)", c.t.User)
 		}
-		return res, &ExitError{Host: c.t.Name, Cmd: c.redact(cmd.String()), Code: res.ExitCode, Stderr: c.redact(msg)}
+		return res, &ExitError{Host: c.t.Name, Cmd: c.redact(cmd.Display()), Code: res.ExitCode, Stderr: c.redact(msg)}
 	}
 	return res, nil
 }

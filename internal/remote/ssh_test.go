@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -65,6 +66,24 @@ func TestRun(t *testing.T) {
 	// once, with the step.
 	if want := "sh -c 'echo '\\''VM 110 already running'\\'' >&2; exit 255' exited 255: VM 110 already running"; err.Error() != want {
 		t.Errorf("message:\n got %s\nwant %s", err, want)
+	}
+
+	// A script fails with what it was doing and its own message; the
+	// script's text is for the debug log only.
+	var log bytes.Buffer
+	d := dialer()
+	d.Log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sc, err := d.Connect(ctx, target(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	_, err = sc.Run(ctx, remote.Script("download https://mirror.example/x.img", "set -eu\necho 'curl: (56) Recv failure: Connection reset by peer' >&2\nexit 56", "x"))
+	if want := "download https://mirror.example/x.img exited 56: curl: (56) Recv failure: Connection reset by peer"; err == nil || err.Error() != want {
+		t.Errorf("script error:\n got %v\nwant %s", err, want)
+	}
+	if !strings.Contains(log.String(), "set -eu") {
+		t.Errorf("the debug log lacks the script:\n%s", log.String())
 	}
 
 	res, err = c.Run(ctx, remote.Query("sh", "-c", "exit 3").Allow(3))

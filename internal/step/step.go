@@ -7,6 +7,7 @@ package step
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Outcome is how a step ended.
@@ -125,8 +126,12 @@ type Waiter interface {
 	// Observe looks once: whether the state is reached, and if not, what
 	// the wait is still for.
 	Observe(ctx context.Context) (done bool, waiting string, err error)
-	// Wait blocks until the state is reached, or fails once its bound (or
-	// ctx) ends, saying what it last saw and what to do.
+	// Bound is the longest the wait may take. The engine gives Wait a
+	// context that ends then, so no wait runs unbounded: a VM that never
+	// boots, a chart that never installs, fail the run in time.
+	Bound() time.Duration
+	// Wait blocks until the state is reached. When ctx's deadline passes,
+	// it fails saying what it last saw and what to do.
 	Wait(ctx context.Context) error
 }
 

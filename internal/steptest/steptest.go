@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -114,8 +115,12 @@ type Wait struct {
 	Path, Want       string
 	W                *World
 	Release          <-chan struct{}
+	// Timeout is the wait's Bound (a minute when zero).
+	Timeout time.Duration
 	// Waited counts calls of Wait; Observed, calls of Observe.
 	Waited, Observed int
+	// HadDeadline says Wait's context had a deadline.
+	HadDeadline bool
 }
 
 var _ step.Waiter = (*Wait)(nil)
@@ -146,9 +151,18 @@ func (s *Wait) Observe(ctx context.Context) (bool, string, error) {
 	return false, s.Path + " is " + cur + ", not " + s.Want, nil
 }
 
+// Bound implements step.Waiter.
+func (s *Wait) Bound() time.Duration {
+	if s.Timeout == 0 {
+		return time.Minute
+	}
+	return s.Timeout
+}
+
 // Wait implements step.Waiter.
 func (s *Wait) Wait(ctx context.Context) error {
 	s.Waited++
+	_, s.HadDeadline = ctx.Deadline()
 	if done, _, _ := s.Observe(ctx); done {
 		return nil
 	}

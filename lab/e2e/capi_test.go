@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -61,7 +62,7 @@ const allProviders = "coreproviders,bootstrapproviders,controlplaneproviders,inf
 // TestFullRun is the whole mission on a fresh lab: every phase converges,
 // a second run changes nothing (text and JSON), the cluster is what a user
 // checks with kubectl, rotating the token is one re-run, two provider bumps
-// go one at a time, and a wrong chart version fails fast with helm's words.
+// go one at a time, and a wrong chart version fails with helm's words.
 // No output of any run holds the token secret.
 func TestFullRun(t *testing.T) {
 	e := start(t)
@@ -116,11 +117,17 @@ func TestFullRun(t *testing.T) {
 		}
 	}
 
-	// A wrong token secret is refused before anything is written.
-	rotated := "0badc0de-1111-4222-8333-444455556666"
-	if err := os.WriteFile(e.SecretsPath(), []byte("proxmox:\n  tokenSecret: "+rotated+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	// The token rotated on the Proxmox side as an operator does it, with
+	// pveum: the old secret, still in secrets.yaml, is refused before
+	// anything is written.
+	r = e.PVE("pveum user token remove capmox@pve capi && pveum user token add capmox@pve capi --privsep 0 --output-format json")
+	var added struct {
+		Value string `json:"value"`
 	}
+	if err := json.Unmarshal([]byte(r.Stdout), &added); err != nil || r.Code != 0 || len(added.Value) != 36 {
+		t.Fatalf("pveum: %+v", r)
+	}
+	rotated := added.Value
 	variables := func() string {
 		return e.adminKubectl("get", "secrets", "-n", "capmox-system", "-l", "mgmtctl.io/variables-for", "-o", "name").Stdout
 	}
@@ -128,14 +135,14 @@ func TestFullRun(t *testing.T) {
 	r = e.apply("--tags", "capi")
 	noSecret(t, r, secret, rotated)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "token secret rejected") {
-		t.Errorf("rejected token: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+		t.Errorf("revoked token: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if after := variables(); after != before {
 		t.Errorf("a rejected token changed the Secrets: %q -> %q", before, after)
 	}
-	// Rotated on the Proxmox side too: one re-run moves the provider to a
-	// new Secret and removes the old one.
-	if err := os.WriteFile(e.TokenPath(), []byte("capmox@pve!capi "+rotated+"\n"), 0o600); err != nil {
+	// The new secret into secrets.yaml: one re-run moves the provider to
+	// a new Secret and removes the old one.
+	if err := os.WriteFile(e.SecretsPath(), []byte("proxmox:\n  tokenSecret: "+rotated+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = e.apply("--tags", "capi", "--diff")
@@ -189,12 +196,14 @@ func TestFullRun(t *testing.T) {
 		t.Errorf("core after the stale cache: %q", got)
 	}
 
-	// A chart version the repository does not have: the chart step fails
-	// with helm's message (from the Job's first attempt, not a timeout).
+	// A chart version the repository does not have: helm-controller
+	// retries the Job, so the chart step fails at its bound, with helm's
+	// message and the Job's Events.
 	e.editConfig("  kubeconfig:", "  certManager:\n    version: v1.99.0\n  kubeconfig:")
-	r = e.apply("--tags", "addons", "--diff")
+	r = e.apply("--tags", "addons", "--diff", "--wait-timeout", "20s")
 	noSecret(t, r, secret, rotated)
 	if r.Code != 1 || !regexp.MustCompile(`failed: \[lab-mgmt\] addons/cert-manager-chart`).MatchString(r.Stdout) ||
+		!strings.Contains(r.Stderr, "cert-manager v1.99.0 not usable after 20s: its helm-install Job kept failing while helm-controller retried it") ||
 		!strings.Contains(r.Stderr, `chart "cert-manager" matching v1.99.0 not found in cert-manager index`) || !strings.Contains(r.Stderr, "BackOff") {
 		t.Errorf("wrong chart version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}

@@ -26,6 +26,8 @@ func main() {
 		os.Exit(runQM(os.Args[1:]))
 	case "pvesh":
 		os.Exit(runPvesh(os.Args[1:]))
+	case "pveum":
+		os.Exit(runPveum(os.Args[1:]))
 	case "cloud-init":
 		os.Exit(vmos.CloudInit(os.Args[1:], os.Stdout, os.Stderr))
 	case "apt-get", "apt":
@@ -157,23 +159,17 @@ func runAgent(specPath string) int {
 				_, err := os.Stat(filepath.Join(spec.LabDir, "faults/corrupt-image"))
 				return err == nil
 			},
+			Reset: func() bool {
+				_, err := os.Stat(filepath.Join(spec.LabDir, "faults/reset-download"))
+				return err == nil
+			},
 			Releases: &mirror.Releases{Binary: filepath.Join(spec.LabDir, "bin/k3s"), Versions: lab.K3sReleases}}
 		spec.Services = append(spec.Services, m.Run)
 	}
 	if spec.Role == "pve" {
 		api := &pveapi.Server{Addr: spec.Addr,
 			CertFile: filepath.Join(spec.LabDir, "pki/pve.crt"), KeyFile: filepath.Join(spec.LabDir, "pki/pve.key"),
-			Token: func() (string, string, error) {
-				b, err := os.ReadFile(filepath.Join(spec.LabDir, "pki/pve-token"))
-				if err != nil {
-					return "", "", err
-				}
-				f := strings.Fields(string(b))
-				if len(f) != 2 {
-					return "", "", fmt.Errorf("bad token file")
-				}
-				return f[0], f[1], nil
-			}}
+			Tokens: pveapi.TokenConfig{Path: filepath.Join(spec.LabDir, "pki/pve-token")}}
 		spec.Services = append(spec.Services, api.Run)
 	}
 	if err := host.Run(&spec, os.Stdout); err != nil {
@@ -217,6 +213,14 @@ func (b backend) Running(vmid int) (bool, error) {
 	r, err := b.call(lab.Request{Op: "running", VMID: vmid})
 	return r.Bool, err
 }
+func (b backend) Uptime(vmid int) (time.Duration, error) {
+	r, err := b.call(lab.Request{Op: "uptime", VMID: vmid})
+	return time.Duration(r.Code) * time.Second, err
+}
+func (b backend) GuestUp(vmid int) (bool, error) {
+	r, err := b.call(lab.Request{Op: "guest-up", VMID: vmid})
+	return r.Bool, err
+}
 func (b backend) Destroyed(vmid int) error {
 	_, err := b.call(lab.Request{Op: "destroyed", VMID: vmid})
 	return err
@@ -246,6 +250,15 @@ func runQM(args []string) int {
 		return 255
 	}
 	return n.QM(args)
+}
+
+func runPveum(args []string) int {
+	c, err := readLabConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "not a lab Proxmox node:", err)
+		return 255
+	}
+	return pveapi.PVEUM(args, pveapi.TokenConfig{Path: filepath.Join(c.Dir, "pki/pve-token")}, os.Stdout, os.Stderr)
 }
 
 func runPvesh(args []string) int {

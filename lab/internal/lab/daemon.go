@@ -37,8 +37,9 @@ type daemon struct {
 }
 
 type vm struct {
-	info  VMInfo
-	agent *exec.Cmd
+	info    VMInfo
+	started time.Time // when its QEMU started (qm status's uptime)
+	agent   *exec.Cmd
 	// cancel stops a boot still waiting out its delay.
 	cancel context.CancelFunc
 	// settled is closed when the boot ends, up or failed.
@@ -223,6 +224,13 @@ func (d *daemon) handle(req Request) Response {
 		return Response{OK: true}
 	case "running":
 		return Response{OK: true, Bool: v != nil}
+	case "uptime":
+		if v == nil {
+			return Response{Error: fmt.Sprintf("VM %d not running", req.VMID)}
+		}
+		return Response{OK: true, Code: int(time.Since(v.started).Seconds())}
+	case "guest-up":
+		return Response{OK: true, Bool: v != nil && v.info.State == "up"}
 	case "destroyed":
 		_ = os.RemoveAll(d.l.VMDisk(req.VMID))
 		return Response{OK: true}
@@ -338,7 +346,7 @@ func (d *daemon) bootLocked(vmid int, conf map[string]string) Response {
 		return Response{Error: err.Error()}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	v := &vm{info: VMInfo{VMID: vmid, Name: spec.Hostname, Addr: spec.Addr, State: "booting"}, cancel: cancel, settled: make(chan struct{})}
+	v := &vm{info: VMInfo{VMID: vmid, Name: spec.Hostname, Addr: spec.Addr, State: "booting"}, started: time.Now(), cancel: cancel, settled: make(chan struct{})}
 	d.vms[vmid] = v
 	delay := BootDelay
 	if s, err := os.ReadFile(d.l.FaultPath("slow-boot")); err == nil {

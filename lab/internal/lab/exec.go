@@ -113,6 +113,7 @@ var Faults = map[string]string{
 	"slow-boot":            "VMs take N seconds to boot (value: seconds)",
 	"fail-boot":            "a started VM never comes up",
 	"corrupt-image":        "the mirror serves the cloud image with a flipped byte",
+	"reset-download":       "the mirror drops every cloud-image download halfway (a TCP reset)",
 	"helm-fail":            "helm-install Jobs fail (value: a HelmChart name; empty: every chart)",
 	"provider-never-ready": "a provider's Deployment never becomes Available (value: provider name, e.g. proxmox; empty: every provider)",
 	"drop-connections":     "a host (value: pve, mirror, vm110, ...) drops off the network: its bridge port goes down, so connections to it hang and break",

@@ -244,7 +244,7 @@ func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
 				"/etc/labsim/lab.json": {Content: string(labJSON) + "\n", Mode: 0o644},
 			},
 			Dirs:       []string{"/var/lib/vz/template/iso", "/etc/pve/nodes/" + Node + "/qemu-server"},
-			Links:      map[string]string{"/usr/local/sbin/qm": host.SimBinary, "/usr/local/sbin/pvesh": host.SimBinary},
+			Links:      map[string]string{"/usr/local/sbin/qm": host.SimBinary, "/usr/local/sbin/pvesh": host.SimBinary, "/usr/local/sbin/pveum": host.SimBinary},
 			HostKeyOut: l.HostDisk("pve") + "/ssh_host_ed25519_key.pub",
 			Role:       "pve",
 		},

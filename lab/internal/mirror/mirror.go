@@ -9,10 +9,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -25,6 +27,9 @@ type Server struct {
 	// Corrupt reports whether the image fault is on: served .img files
 	// then have one byte flipped, so their sha256 no longer matches.
 	Corrupt func() bool
+	// Reset reports whether the dropped-connection fault is on: a .img
+	// download then breaks halfway with a TCP reset.
+	Reset func() bool
 	// Releases serves k3s's install script and releases.
 	Releases *Releases
 }
@@ -42,6 +47,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fi, err := os.Stat(p)
 	if err != nil || fi.IsDir() || strings.Contains(host, "/") || host == "" || host == ".." {
 		http.NotFound(w, r)
+		return
+	}
+	if strings.HasSuffix(p, ".img") && s.Reset != nil && s.Reset() {
+		resetHalfway(w, r, p, fi.Size())
 		return
 	}
 	if strings.HasSuffix(p, ".img") && s.Corrupt != nil && s.Corrupt() {
@@ -64,8 +73,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tlsSrv := &http.Server{Addr: net.JoinHostPort(s.Addr, "443"), Handler: s, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
-	plain := &http.Server{Addr: net.JoinHostPort(s.Addr, "80"), Handler: s}
+	tlsSrv := &http.Server{Addr: net.JoinHostPort(s.Addr, "443"), Handler: s, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ConnContext: withConn}
+	plain := &http.Server{Addr: net.JoinHostPort(s.Addr, "80"), Handler: s, ConnContext: withConn}
 	errc := make(chan error, 2)
 	go func() { errc <- tlsSrv.ListenAndServeTLS("", "") }()
 	go func() { errc <- plain.ListenAndServe() }()
@@ -79,5 +88,38 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		}
 		return err
+	}
+}
+
+// connKey carries a request's connection, so a fault can reset it under
+// HTTP/2 too, where a handler cannot hijack its stream's connection.
+type connKey struct{}
+
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// resetHalfway sends the headers and half the file, then resets the TCP
+// connection (SO_LINGER 0): what a client sees when a proxy or the mirror
+// drops it mid-transfer.
+func resetHalfway(w http.ResponseWriter, r *http.Request, path string, size int64) {
+	f, err := os.Open(path)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.CopyN(w, f, size/2)
+	_ = http.NewResponseController(w).Flush()
+	raw, _ := r.Context().Value(connKey{}).(net.Conn)
+	if tc, ok := raw.(*tls.Conn); ok {
+		raw = tc.NetConn()
+	}
+	if tcp, ok := raw.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+		_ = tcp.Close()
 	}
 }

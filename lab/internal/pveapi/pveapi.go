@@ -19,9 +19,9 @@ type Server struct {
 	Addr     string // IP to listen on
 	CertFile string
 	KeyFile  string
-	// Token returns the valid token ID and secret (read on every request,
-	// so a rotated secret takes effect at once).
-	Token func() (id, secret string, err error)
+	// Tokens are the node's API tokens, read on every request, so a token
+	// added or removed with pveum takes effect at once.
+	Tokens TokenConfig
 }
 
 // ServeHTTP implements http.Handler.
@@ -63,12 +63,12 @@ func (s *Server) authorized(r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	wantID, wantSecret, err := s.Token()
+	tokens, err := s.Tokens.Read()
 	if err != nil {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(id), []byte(wantID)) == 1 &&
-		subtle.ConstantTimeCompare([]byte(secret), []byte(wantSecret)) == 1
+	want, ok := tokens[id]
+	return ok && subtle.ConstantTimeCompare([]byte(secret), []byte(want)) == 1
 }
 
 // Run serves on :8006 until ctx ends.

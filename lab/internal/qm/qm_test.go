@@ -7,18 +7,22 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 type fakeBackend struct {
 	running map[int]bool
 	agent   bool
+	hung    bool // the guest never came up
 }
 
-func (f *fakeBackend) Boot(vmid int, c Config) error  { f.running[vmid] = true; return nil }
-func (f *fakeBackend) Halt(vmid int) error            { f.running[vmid] = false; return nil }
-func (f *fakeBackend) Running(vmid int) (bool, error) { return f.running[vmid], nil }
-func (f *fakeBackend) Destroyed(int) error            { return nil }
-func (f *fakeBackend) GuestAgent(int) (bool, error)   { return f.agent, nil }
+func (f *fakeBackend) Boot(vmid int, c Config) error     { f.running[vmid] = true; return nil }
+func (f *fakeBackend) Halt(vmid int) error               { f.running[vmid] = false; return nil }
+func (f *fakeBackend) Running(vmid int) (bool, error)    { return f.running[vmid], nil }
+func (f *fakeBackend) Destroyed(int) error               { return nil }
+func (f *fakeBackend) Uptime(int) (time.Duration, error) { return 42 * time.Second, nil }
+func (f *fakeBackend) GuestUp(vmid int) (bool, error)    { return f.running[vmid] && !f.hung, nil }
+func (f *fakeBackend) GuestAgent(int) (bool, error)      { return f.agent, nil }
 func (f *fakeBackend) GuestExec(_ int, argv []string) (string, string, int, error) {
 	return strings.Join(argv, " ") + "\n", "", 0, nil
 }
@@ -172,6 +176,23 @@ func TestLifecycle(t *testing.T) {
 	if n.qm("status", "110"); n.out.String() != "status: running\n" {
 		t.Errorf("status = %q", n.out.String())
 	}
+	n.qm("status", "110", "--verbose")
+	if want := "cpus: 2\nmaxmem: 4294967296\nname: lab-mgmt\npid: 100110\nqmpstatus: running\nstatus: running\nuptime: 42\nvmid: 110\n"; n.out.String() != want {
+		t.Errorf("status --verbose:\n%s", n.out.String())
+	}
+	// A hung guest: reboot needs it to answer ACPI and fails; reset
+	// boots it again.
+	n.be.hung = true
+	if code := n.qm("reboot", "110"); code != 255 || n.err.String() != "VM quit/powerdown failed - got timeout\n" {
+		t.Errorf("reboot of a hung guest: %d %q", code, n.err.String())
+	}
+	if code := n.qm("reset", "110"); code != 0 || !n.be.running[110] {
+		t.Errorf("reset: %d %q", code, n.err.String())
+	}
+	n.be.hung = false
+	if code := n.qm("reboot", "110"); code != 0 || !n.be.running[110] {
+		t.Errorf("reboot: %d %q", code, n.err.String())
+	}
 	n.qm("list")
 	want := "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID       \n       110 lab-mgmt             running    4096              30.00 100110    \n"
 	if n.out.String() != want {
@@ -179,6 +200,12 @@ func TestLifecycle(t *testing.T) {
 	}
 	if code := n.qm("stop", "110"); code != 0 {
 		t.Error("stop")
+	}
+	if code := n.qm("reset", "110"); code != 255 || n.err.String() != "VM 110 not running\n" {
+		t.Errorf("reset of a stopped VM: %d %q", code, n.err.String())
+	}
+	if n.qm("status", "110", "--verbose"); !strings.Contains(n.out.String(), "status: stopped\nuptime: 0\n") || strings.Contains(n.out.String(), "pid") {
+		t.Errorf("status --verbose of a stopped VM:\n%s", n.out.String())
 	}
 	if code := n.qm("destroy", "110"); code != 0 {
 		t.Fatalf("destroy: %s", n.err.String())

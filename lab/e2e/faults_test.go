@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The faults of a run that used to hang or stick: each gives a bounded,
+// clear failure with its exit code, and once the fault is cleared one
+// apply converges and the next changes nothing.
+
+// TestVMThatNeverBoots: a VM whose guest never comes up fails the run at
+// the wait's bound (exit 4, the VM unreachable) saying where to look; once
+// the cause is gone, a plain apply resets the VM it created and never
+// reached, and converges.
+func TestVMThatNeverBoots(t *testing.T) {
+	e := start(t)
+	if err := e.SetFault("fail-boot", "", true); err != nil {
+		t.Fatal(err)
+	}
+	r := e.apply("--wait-timeout", "20s")
+	for _, want := range []string{"VM 110 is running but did not answer SSH on 192.0.2.50:22 within 20s",
+		"qm terminal 110 on pve", "the next apply resets it (qm reset 110)"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("the failure does not say %q", want)
+		}
+	}
+	if r.Code != 4 || !strings.Contains(r.Stdout, "failed: [lab-mgmt] vm/wait-ssh") {
+		t.Fatalf("exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if st := e.PVE("qm status 110"); st.Stdout != "status: running\n" {
+		t.Errorf("qm status: %q", st.Stdout)
+	}
+	if err := e.SetFault("fail-boot", "", false); err != nil {
+		t.Fatal(err)
+	}
+	r = e.apply()
+	mustSucceed(t, r, "apply once the cause is gone")
+	if !strings.Contains(r.Stdout, "reset VM 110") {
+		t.Errorf("the hung VM was not reset:\n%s", r.Stdout)
+	}
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("next run: %s", got)
+	}
+}
+
+// TestChartFailsThenRecovers: a helm-install Job that fails is retried by
+// helm-controller; the run waits through the retries to its bound and
+// then fails with helm's message; with the fault gone, a plain apply
+// waits for the next retry and converges.
+func TestChartFailsThenRecovers(t *testing.T) {
+	e := start(t)
+	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
+	if err := e.SetFault("helm-fail", "cert-manager", true); err != nil {
+		t.Fatal(err)
+	}
+	r := e.apply("--wait-timeout", "20s")
+	if r.Code != 1 || !strings.Contains(r.Stdout, "failed: [lab-mgmt] addons/cert-manager-chart") ||
+		!regexp.MustCompile(`cert-manager v[0-9.]+ not usable after 20s: its helm-install Job kept failing while helm-controller retried it`).MatchString(r.Stderr) ||
+		!strings.Contains(r.Stderr, "helm-fail") || !strings.Contains(r.Stderr, "BackOff") {
+		t.Fatalf("exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if err := e.SetFault("helm-fail", "", false); err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, e.apply(), "apply once the chart installs")
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("next run: %s", got)
+	}
+}
+
+// TestChangedVMKeyBeforeAnyChange: the VM's host key is checked when the
+// vm phase gathers its facts, so a changed key stops the run before the
+// missing image is downloaded again.
+func TestChangedVMKeyBeforeAnyChange(t *testing.T) {
+	e := start(t)
+	mustSucceed(t, e.apply("--tags", "vm"), "apply")
+	kh := filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts")
+	good, err := os.ReadFile(kh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pve, _ := os.ReadFile(filepath.Join(e.HostDisk("pve"), "ssh_host_ed25519_key.pub"))
+	f := strings.Fields(string(pve))
+	os.WriteFile(kh, []byte("192.0.2.50 "+f[0]+" "+f[1]+"\n"), 0o600)
+	mustSucceed(t, e.PVE("rm -f /var/lib/vz/template/iso/*.img"), "remove the image")
+
+	r := e.apply("--tags", "vm")
+	if r.Code != 4 || !strings.Contains(r.Stderr, "host key of 192.0.2.50 CHANGED") || !strings.Contains(r.Stdout, "failed: [pve] vm/gather-facts") {
+		t.Fatalf("exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := e.PVE("ls -A /var/lib/vz/template/iso"); r.Stdout != "" {
+		t.Errorf("the image was downloaded before the key was checked: %q", r.Stdout)
+	}
+	os.WriteFile(kh, good, 0o600)
+	mustSucceed(t, e.apply("--tags", "vm"), "apply with the right key")
+	if got := recap(t, e.apply("--tags", "vm")); !strings.Contains(got, "changed=0") {
+		t.Errorf("next run: %s", got)
+	}
+}
+
+// TestDroppedDownload: the mirror drops the image download halfway; the
+// run says what failed (the download of that URL, curl's words), not the
+// script, which is in the debug log; nothing is left under the image's
+// name; the next apply converges.
+func TestDroppedDownload(t *testing.T) {
+	e := start(t)
+	if err := e.SetFault("reset-download", "", true); err != nil {
+		t.Fatal(err)
+	}
+	r := e.apply("--tags", "vm")
+	if r.Code != 1 || !regexp.MustCompile(`image /var/lib/vz/template/iso/\S+\.img: download https://cloud-images\.ubuntu\.com/\S+ exited \d+: curl: \(\d+\) .*(reset|Reset)`).MatchString(r.Stderr) {
+		t.Fatalf("exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if strings.Contains(r.Stdout+r.Stderr, "set -eu") || strings.Count(strings.TrimSpace(r.Stderr), "\n") > 4 {
+		t.Errorf("the failure dumps the script:\n%s", r.Stderr)
+	}
+	if !strings.Contains(debugLog(t, r.Stderr), "set -eu") {
+		t.Errorf("the debug log lacks the script")
+	}
+	if r := e.PVE("ls -A /var/lib/vz/template/iso"); r.Stdout != "" {
+		t.Errorf("left behind: %q", r.Stdout)
+	}
+	if err := e.SetFault("reset-download", "", false); err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, e.apply("--tags", "vm"), "apply once the mirror holds")
+	if got := recap(t, e.apply("--tags", "vm")); !strings.Contains(got, "changed=0") {
+		t.Errorf("next run: %s", got)
+	}
+}
+
+// debugLog reads the debug log a failed run named on stderr.
+func debugLog(t *testing.T, stderr string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(/\S+/\.cache/mgmtctl/runs/\S+\.log)`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no debug log named:\n%s", stderr)
+	}
+	b, err := os.ReadFile(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
