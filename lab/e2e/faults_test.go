@@ -118,7 +118,7 @@ func TestDroppedDownload(t *testing.T) {
 	if strings.Contains(r.Stdout+r.Stderr, "set -eu") || strings.Count(strings.TrimSpace(r.Stderr), "\n") > 4 {
 		t.Errorf("the failure dumps the script:\n%s", r.Stderr)
 	}
-	if !strings.Contains(debugLog(t, r.Stderr), "set -eu") {
+	if !strings.Contains(debugLog(t, r.Stdout+r.Stderr), "set -eu") {
 		t.Errorf("the debug log lacks the script")
 	}
 	if r := e.PVE("ls -A /var/lib/vz/template/iso"); r.Stdout != "" {
@@ -133,7 +133,7 @@ func TestDroppedDownload(t *testing.T) {
 	}
 }
 
-// debugLog reads the debug log a failed run named on stderr.
+// debugLog reads the debug log a failed run named.
 func debugLog(t *testing.T, stderr string) string {
 	t.Helper()
 	m := regexp.MustCompile(`(/\S+/\.cache/mgmtctl/runs/\S+\.log)`).FindStringSubmatch(stderr)
