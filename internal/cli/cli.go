@@ -44,6 +44,8 @@ type Options struct {
 	Version  string
 	// Phases builds the phases of a run; nil means phase.Build.
 	Phases func(*phase.Session) []step.Phase
+	// Destroy builds the destroy command's phase; nil means phase.Destroy.
+	Destroy func(*phase.Session) step.Phase
 }
 
 // global holds the flags every command shares.
@@ -63,6 +65,9 @@ func Execute(ctx context.Context, args []string, o Options) int {
 	}
 	if o.Phases == nil {
 		o.Phases = phase.Build
+	}
+	if o.Destroy == nil {
+		o.Destroy = phase.Destroy
 	}
 	g := &global{}
 	root := newRoot(ctx, g, &o)
@@ -136,6 +141,7 @@ the five providers, and kubeconfigs on this laptop. A second run changes nothing
 		newApply(g, o, true),
 		newStatus(g, o),
 		newKubeconfig(g, o),
+		newDestroy(g, o),
 		newVersion(o),
 	)
 	return root

@@ -36,6 +36,10 @@ type env struct {
 	vars map[string]string
 	// phases, when set, replaces the real phases.
 	phases func(*phase.Session) []step.Phase
+	// destroy, when set, replaces the destroy phase.
+	destroy func(*phase.Session) step.Phase
+	// in is the standard input.
+	in string
 }
 
 func newEnv(t *testing.T) *env {
@@ -56,7 +60,7 @@ func (e *env) run(args ...string) int {
 func (e *env) opts() Options {
 	return Options{Out: &e.out, Err: &e.err, Getenv: func(k string) string { return e.vars[k] },
 		Home: e.home, CacheDir: filepath.Join(e.home, ".cache"), Hostname: "laptop", Pid: 42,
-		Version: "test", Phases: e.phases}
+		Version: "test", Phases: e.phases, Destroy: e.destroy, In: strings.NewReader(e.in)}
 }
 
 // writeConfig writes a valid config whose Proxmox host is addr.

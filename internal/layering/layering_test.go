@@ -27,12 +27,13 @@ var below = []string{"step", "remote", "kube", "shell", "localfile"}
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
 	"cli":         {"phase", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig"},
-	"phase":       append(append([]string{"health", "config"}, domain...), below...),
+	"phase":       append(append([]string{"health", "config", "laptop"}, domain...), below...),
 	"proxmox":     below,
 	"k3s":         append([]string{"config"}, below...), // the K3sRelease type
 	"addons":      append([]string{"capi", "config"}, below...),
 	"capi":        append([]string{"config"}, below...),
 	"kubeconfig":  below,
+	"laptop":      below,
 	"inspector":   append([]string{"kubeconfig"}, below...),
 	"health":      {"engine", "step"},
 	"engine":      {"step"},

@@ -260,7 +260,7 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.connect(ctx) },
 		Steps: []step.Step{
 			&inspector.RBAC{Name: in.Name, HostName: c.Metadata.Name, Client: client},
-			&inspector.KubeconfigFile{Name: in.Name, Path: s.Config.Env.Expand("~/.kube/" + in.Name + ".kubeconfig"), TTL: in.TTL,
+			&inspector.KubeconfigFile{Name: in.Name, Path: s.InspectorKubeconfigPath(), TTL: in.TTL,
 				Cluster: func() (string, []byte, kubernetes.Interface, error) {
 					if a.cluster == nil {
 						return "", nil, nil, nil

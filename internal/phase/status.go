@@ -25,7 +25,7 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 	c := &s.Config.Cluster
 	apply := func(tag step.Tag) string { return "mgmtctl apply --tags " + string(tag) }
 	adminPath := s.Config.KubeconfigPath()
-	roPath := s.Config.Env.Expand("~/.kube/" + c.Spec.Inspector.Name + ".kubeconfig")
+	roPath := s.InspectorKubeconfigPath()
 	return map[step.Tag][]health.Check{
 		step.TagKubeconfig: {{Name: "admin-server", Run: func(ctx context.Context) health.Finding {
 			cs, err := laptopClient(adminPath)

@@ -47,6 +47,12 @@ func TestApplyRunsThePlan(t *testing.T) {
 			facts:  func(n *Node) { n.Facts.VMExists = true },
 			tamper: func(c *step.Change) { c.Payload = marked },
 			want:   []string{"run echo planned"}},
+		{name: "destroy-vm", step: func(n *Node) step.Step { return &DestroyVM{N: n} },
+			facts: func(n *Node) {
+				n.Facts.VMExists, n.Facts.Running, n.Facts.Config = true, true, map[string]string{"name": "lab-mgmt", "tags": "mgmtctl"}
+			},
+			tamper: func(c *step.Change) { c.Payload = []remote.Cmd{marked} },
+			want:   []string{"run echo planned"}},
 		{name: "wait-ssh", step: func(n *Node) step.Step { return hungVM(n) },
 			facts:  func(n *Node) { n.Facts.VMExists, n.Facts.Running, n.Facts.Uptime = true, true, time.Hour },
 			tamper: func(c *step.Change) { c.Payload = marked },
@@ -176,5 +182,50 @@ func TestWaitSSHAtItsBound(t *testing.T) {
 	}
 	if !s.Record.GaveUp() {
 		t.Error("the wait that gave up is not recorded for the next run")
+	}
+}
+
+// TestDestroyOnlyMgmtctlsVM: destroy stops a running VM and destroys it
+// with its disks; a VM without mgmtctl's name and tag is refused; an
+// absent one is already destroyed.
+func TestDestroyOnlyMgmtctlsVM(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		exists  bool
+		running bool
+		config  map[string]string
+		want    []string
+		err     string
+	}{
+		{name: "absent"},
+		{name: "running", exists: true, running: true, config: map[string]string{"name": "lab-mgmt", "tags": "mgmtctl"}, want: []string{"qm stop 110", "qm destroy 110 --purge"}},
+		{name: "stopped, more tags", exists: true, config: map[string]string{"name": "lab-mgmt", "tags": "k8s;mgmtctl"}, want: []string{"qm destroy 110 --purge"}},
+		{name: "another name", exists: true, config: map[string]string{"name": "db", "tags": "mgmtctl"}, err: `VM 110 on pve is not mgmtctl's (name "db", tags "mgmtctl"`},
+		{name: "no tag", exists: true, config: map[string]string{"name": "lab-mgmt"}, err: "refusing to touch it; nothing was removed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Node{Spec: spec()}
+			n.Facts.VMExists, n.Facts.Running, n.Facts.Config = tc.exists, tc.running, tc.config
+			p, err := (&DestroyVM{N: n}).Check(context.Background())
+			if tc.err != "" {
+				var fe *ForeignVMError
+				if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			if !p.Empty() {
+				for _, c := range p.Changes[0].Payload.([]remote.Cmd) {
+					got = append(got, c.String())
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("commands %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -173,6 +173,24 @@ func ForgetHostKey(file, addr string) error {
 	return localfile.Write(file, []byte(out))
 }
 
+// KnowsHost reports whether the known_hosts file has an entry for addr.
+func KnowsHost(file, addr string) (bool, error) {
+	old, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	host := knownhosts.Normalize(addr)
+	for _, line := range strings.Split(string(old), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && containsHost(f[0], host) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // linesWithout reads a known_hosts file without its blank lines and the
 // lines naming addr; a missing file is empty.
 func linesWithout(file, addr string) (keep []string, exists bool, err error) {

@@ -163,3 +163,7 @@ type Phase struct {
 	// step's applied plan notified them by ID.
 	Handlers []Step
 }
+
+// TagDestroy is the destroy command's phase; it is not among Tags, so no
+// apply ever runs it.
+const TagDestroy Tag = "destroy"

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mgmtctl/mgmtctl/internal/engine"
+	"github.com/mgmtctl/mgmtctl/internal/phase"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/runlog"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/ui"
+)
+
+func newDestroy(g *global, o *Options) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "destroy",
+		Short: "Remove the VM mgmtctl created and the laptop's kubeconfigs for it (asks first)",
+		Long: "destroy lists what it will remove: the VM (only if mgmtctl created it: its name is the\n" +
+			"cluster's and it carries the mgmtctl tag), the admin and inspector kubeconfigs, the VM's\n" +
+			"known_hosts entry. It asks for the cluster's name to confirm (or --yes), then stops and\n" +
+			"destroys the VM with its disks. The cloud image and the Proxmox API token stay.\n" +
+			"A second destroy finds nothing to remove and exits 0.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDestroy(cmd.Context(), g, o, yes)
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	return cmd
+}
+
+// planned collects the changes a check run of the destroy phase found.
+type planned struct{ changes []step.Change }
+
+func (p *planned) Event(e engine.Event) {
+	if e.Kind == engine.StepEnd {
+		p.changes = append(p.changes, e.Changes...)
+	}
+}
+
+func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
+	l, x, err := g.loadForRun(o)
+	if err != nil {
+		return err
+	}
+	log, err := runlog.Open(runlog.Dir(o.CacheDir), l.Cluster.Metadata.Name, x, o.Now())
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	s := &phase.Session{Config: l, Redact: x.Add, Log: log.Logger, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: x, Retry: remote.Retry{Attempts: 4}}
+	defer s.Close()
+	fail := func(err error) error {
+		fmt.Fprintf(o.Err, "error: %s\n%s", x.String(err.Error()), nextHint(err))
+		return reported{err}
+	}
+	phases := []step.Phase{o.Destroy(s)}
+
+	// First what would be removed, under the node's lock, which the real
+	// run keeps: nobody changes the VM between the question and the act.
+	p := &planned{}
+	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{log, p}); err != nil {
+		return fail(err)
+	}
+	info := o.Out
+	if g.output == "json" {
+		info = o.Err
+	}
+	if len(p.changes) == 0 {
+		fmt.Fprintf(info, "nothing to destroy: VM %d does not exist on %s and no laptop file of %s is left\n",
+			l.Cluster.Spec.VM.ID, l.Cluster.Spec.Proxmox.Node, l.Cluster.Metadata.Name)
+		return nil
+	}
+	fmt.Fprintf(info, "destroy will remove:\n")
+	for _, c := range p.changes {
+		fmt.Fprintf(info, "  - %s\n", x.String(strings.TrimPrefix(c.Summary, "remove ")))
+	}
+	fmt.Fprintf(info, "It leaves the cloud image on %s and the Proxmox API token alone.\n", l.Cluster.Spec.Proxmox.Node)
+	if !yes {
+		name := l.Cluster.Metadata.Name
+		fmt.Fprintf(o.Err, "Type the cluster's name (%s) to destroy it: ", name)
+		if answer := readLine(o.In); answer != name {
+			fmt.Fprintf(o.Err, "\nnot confirmed (got %q): nothing was removed; --yes skips the question\n", answer)
+			return exitError(ExitFailed)
+		}
+	}
+
+	var view engine.Listener
+	if g.output == "json" {
+		view = ui.NewJSON(o.Out, x, false)
+	} else {
+		view = ui.NewText(o.Out, ui.TextOptions{Verbose: g.verbose, Terminal: o.Terminal, Redactor: x, LogPath: log.Path})
+	}
+	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now}, engine.Listeners{log, view}); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// readLine reads one line of the answer; a closed or empty input is no
+// answer.
+func readLine(in io.Reader) string {
+	if in == nil {
+		return ""
+	}
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	return strings.TrimSpace(line)
+}
