@@ -141,6 +141,8 @@ the five providers, and kubeconfigs on this laptop. A second run changes nothing
 		newApply(g, o, true),
 		newStatus(g, o),
 		newKubeconfig(g, o),
+		newBackup(g, o),
+		newRestore(g, o),
 		newDestroy(g, o),
 		newVersion(o),
 	)

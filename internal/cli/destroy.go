@@ -10,11 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mgmtctl/mgmtctl/internal/engine"
-	"github.com/mgmtctl/mgmtctl/internal/phase"
-	"github.com/mgmtctl/mgmtctl/internal/remote"
-	"github.com/mgmtctl/mgmtctl/internal/runlog"
 	"github.com/mgmtctl/mgmtctl/internal/step"
-	"github.com/mgmtctl/mgmtctl/internal/ui"
 )
 
 func newDestroy(g *global, o *Options) *cobra.Command {
@@ -46,29 +42,19 @@ func (p *planned) Event(e engine.Event) {
 }
 
 func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
-	l, x, err := g.loadForRun(o)
+	d, err := openDayTwo(g, o)
 	if err != nil {
 		return err
 	}
-	log, err := runlog.Open(runlog.Dir(o.CacheDir), l.Cluster.Metadata.Name, x, o.Now())
-	if err != nil {
-		return err
-	}
-	defer log.Close()
-	s := &phase.Session{Config: l, Redact: x.Add, Log: log.Logger, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
-	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: x, Retry: remote.Retry{Attempts: 4}}
-	defer s.Close()
-	fail := func(err error) error {
-		fmt.Fprintf(o.Err, "error: %s\n%s", x.String(err.Error()), nextHint(err))
-		return reported{err}
-	}
-	phases := []step.Phase{o.Destroy(s)}
+	defer d.close()
+	l := d.l
+	phases := []step.Phase{o.Destroy(d.s)}
 
 	// First what would be removed, under the node's lock, which the real
 	// run keeps: nobody changes the VM between the question and the act.
 	p := &planned{}
-	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{log, p}); err != nil {
-		return fail(err)
+	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{d.log, p}); err != nil {
+		return d.fail(err)
 	}
 	info := o.Out
 	if g.output == "json" {
@@ -81,26 +67,14 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 	}
 	fmt.Fprintf(info, "destroy will remove:\n")
 	for _, c := range p.changes {
-		fmt.Fprintf(info, "  - %s\n", x.String(strings.TrimPrefix(c.Summary, "remove ")))
+		fmt.Fprintf(info, "  - %s\n", d.x.String(strings.TrimPrefix(c.Summary, "remove ")))
 	}
 	fmt.Fprintf(info, "It leaves the cloud image on %s and the Proxmox API token alone.\n", l.Cluster.Spec.Proxmox.Node)
-	if !yes {
-		name := l.Cluster.Metadata.Name
-		fmt.Fprintf(o.Err, "Type the cluster's name (%s) to destroy it: ", name)
-		if answer := readLine(o.In); answer != name {
-			fmt.Fprintf(o.Err, "\nnot confirmed (got %q): nothing was removed; --yes skips the question\n", answer)
-			return exitError(ExitFailed)
-		}
+	if !d.confirm(yes, "destroy it") {
+		return exitError(ExitFailed)
 	}
-
-	var view engine.Listener
-	if g.output == "json" {
-		view = ui.NewJSON(o.Out, x, false)
-	} else {
-		view = ui.NewText(o.Out, ui.TextOptions{Verbose: g.verbose, Terminal: o.Terminal, Redactor: x, LogPath: log.Path})
-	}
-	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now}, engine.Listeners{log, view}); err != nil {
-		return fail(err)
+	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now}, d.view()); err != nil {
+		return d.fail(err)
 	}
 	return nil
 }

@@ -14,13 +14,17 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// RenderConfig is /etc/rancher/k3s/config.yaml: traefik disabled (the
-// management cluster serves no ingress), the VM's IP in the serving
-// certificate so a kubeconfig pointing at it verifies, and an admin
-// kubeconfig readable by root only.
+// RenderConfig is /etc/rancher/k3s/config.yaml: embedded etcd
+// (cluster-init), so the cluster can be backed up with `k3s etcd-snapshot`
+// and grow to more servers (a lone server's default datastore, SQLite,
+// has neither; k3s converts it to etcd on the restart this brings),
+// traefik disabled (the management cluster serves no ingress), the VM's
+// IP in the serving certificate so a kubeconfig pointing at it verifies,
+// and an admin kubeconfig readable by root only.
 func RenderConfig(vmIP string) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Managed by mgmtctl: changes are overwritten on the next apply.\n")
+	b.WriteString("cluster-init: true\n")
 	b.WriteString("disable:\n  - traefik\n")
 	fmt.Fprintf(&b, "tls-san:\n  - %q\n", vmIP)
 	b.WriteString("write-kubeconfig-mode: \"0600\"\n")

@@ -26,14 +26,15 @@ var below = []string{"step", "remote", "kube", "shell", "localfile"}
 // a new package takes a place in the layering when it is written.
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
-	"cli":         {"phase", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig"},
-	"phase":       append(append([]string{"health", "config", "laptop"}, domain...), below...),
+	"cli":         {"phase", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup"},
+	"phase":       append(append([]string{"health", "config", "laptop", "backup"}, domain...), below...),
 	"proxmox":     below,
 	"k3s":         append([]string{"config"}, below...), // the K3sRelease type
 	"addons":      append([]string{"capi", "config"}, below...),
 	"capi":        append([]string{"config"}, below...),
 	"kubeconfig":  below,
 	"laptop":      below,
+	"backup":      below,
 	"inspector":   append([]string{"kubeconfig"}, below...),
 	"health":      {"engine", "step"},
 	"engine":      {"step"},

@@ -167,3 +167,9 @@ type Phase struct {
 // TagDestroy is the destroy command's phase; it is not among Tags, so no
 // apply ever runs it.
 const TagDestroy Tag = "destroy"
+
+// The backup and restore commands' phases, also outside Tags.
+const (
+	TagBackup  Tag = "backup"
+	TagRestore Tag = "restore"
+)

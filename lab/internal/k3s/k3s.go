@@ -59,6 +59,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		// hex digits, then the Go runtime version.
 		fmt.Fprintf(stdout, "k3s version %s (%s)\ngo version %s\n", v, commit(v), runtime.Version())
 		return 0
+	case "etcd-snapshot":
+		return EtcdSnapshot(args[1:], stdout, stderr)
 	case "server":
 		if err := Server(args[1:], stderr); err != nil {
 			fmt.Fprintf(stderr, "level=fatal msg=%q\n", err.Error())

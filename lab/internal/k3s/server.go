@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -56,6 +57,9 @@ type Config struct {
 	Disable             []string `json:"disable"`
 	WriteKubeconfigMode string   `json:"write-kubeconfig-mode"`
 	NodeIP              string   `json:"node-ip"`
+	ClusterInit         bool     `json:"cluster-init"`
+	Token               string   `json:"token"`
+	TokenFile           string   `json:"token-file"`
 }
 
 // LoadConfig reads config.yaml; repeatable flags accept a list or a
@@ -93,6 +97,15 @@ func LoadConfig(path string) (Config, error) {
 	}
 	if v, ok := raw["node-ip"]; ok {
 		c.NodeIP = fmt.Sprint(v)
+	}
+	if v, ok := raw["cluster-init"]; ok {
+		c.ClusterInit = fmt.Sprint(v) == "true"
+	}
+	if v, ok := raw["token"]; ok {
+		c.Token = fmt.Sprint(v)
+	}
+	if v, ok := raw["token-file"]; ok {
+		c.TokenFile = fmt.Sprint(v)
 	}
 	return c, nil
 }
@@ -142,27 +155,117 @@ func logf(w io.Writer, format string, args ...any) {
 	fmt.Fprintf(w, "time=%q level=info msg=%q\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
 }
 
-// Server runs `k3s server` until SIGTERM.
+// serverFlags are the command-line flags of `k3s server` the lab reads;
+// it takes the rest of its configuration from config.yaml.
+type serverFlags struct {
+	clusterInit, clusterReset bool
+	restorePath               string
+	token, tokenFile          string
+}
+
+func parseServerFlags(args []string) (serverFlags, error) {
+	var f serverFlags
+	for i := 0; i < len(args); i++ {
+		k, v, has := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		value := func() string {
+			if !has && i+1 < len(args) {
+				i++
+				return args[i]
+			}
+			return v
+		}
+		switch k {
+		case "cluster-init":
+			f.clusterInit = !has || v == "true"
+		case "cluster-reset":
+			f.clusterReset = !has || v == "true"
+		case "cluster-reset-restore-path":
+			f.restorePath = value()
+		case "token", "t":
+			f.token = value()
+		case "token-file":
+			f.tokenFile = value()
+		}
+		// Other flags (--disable, --tls-san, ...) are config.yaml's
+		// business in the lab: a flag-with-value not known here keeps its
+		// value attached (--flag=value), as the installer writes them.
+	}
+	if f.restorePath != "" && !f.clusterReset {
+		return f, errors.New("invalid flag use; --cluster-reset required with --cluster-reset-restore-path")
+	}
+	return f, nil
+}
+
+// Server runs `k3s server` until SIGTERM; with --cluster-reset it resets
+// (and restores) the datastore and returns.
 func Server(args []string, log io.Writer) error {
 	notifySocket = os.Getenv("NOTIFY_SOCKET")
 	os.Unsetenv("NOTIFY_SOCKET")
+	flags, err := parseServerFlags(args)
+	if err != nil {
+		return err
+	}
 	cfg, err := LoadConfig(ConfigFile)
 	if err != nil {
 		return err
 	}
 	logf(log, "Starting k3s %s (%s)", Version(), commit(Version()))
+	token, err := serverToken(flags.token, flags.tokenFile, cfg)
+	if err != nil {
+		return err
+	}
+	tls := filepath.Join(DataDir, "tls")
+	if flags.clusterReset {
+		return clusterReset(flags.restorePath, token, tls, log)
+	}
+	dir, err := datastore(cfg.ClusterInit || flags.clusterInit, log)
+	if err != nil {
+		return err
+	}
+	_ = os.Remove(resetFlag)
+	etcd, err := startEtcd(dir)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer bcancel()
+	found, err := loadBootstrap(bctx, token, tls, log)
+	if err != nil {
+		return err
+	}
+
 	hostname, _ := os.Hostname()
 	ip := cfg.NodeIP
 	if ip == "" {
 		ip = nodeIP()
 	}
-	tls := filepath.Join(DataDir, "tls")
 	serverCA, err := pki.LoadOrCreate(filepath.Join(tls, "server-ca"))
 	if err != nil {
 		return err
 	}
 	clientCA, err := pki.LoadOrCreate(filepath.Join(tls, "client-ca"))
 	if err != nil {
+		return err
+	}
+	webhookCA, err := pki.LoadOrCreate(filepath.Join(tls, "webhook-ca"))
+	if err != nil {
+		return err
+	}
+	saKey := filepath.Join(tls, "service.key")
+	if _, err := os.Stat(saKey); err != nil {
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		der, _ := x509.MarshalECPrivateKey(k)
+		if err := writeFile(saKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return err
+		}
+	}
+	if !found {
+		if err := storeBootstrap(bctx, token, tls); err != nil {
+			return err
+		}
+	}
+	if err := writeToken(token); err != nil {
 		return err
 	}
 	names, ips := SANs(hostname, ip, cfg.TLSSAN)
@@ -180,20 +283,6 @@ func Server(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	saKey := filepath.Join(tls, "service.key")
-	if _, err := os.Stat(saKey); err != nil {
-		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		der, _ := x509.MarshalECPrivateKey(k)
-		if err := writeFile(saKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-			return err
-		}
-	}
-
-	etcd, err := startEtcd(filepath.Join(DataDir, "db", "etcd"))
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
 
 	apiArgs := []string{
 		"--etcd-servers=http://127.0.0.1:2379",
@@ -248,7 +337,7 @@ func Server(args []string, log io.Writer) error {
 	if err := applyCRD(ctx, dc, []byte(addonCRD)); err != nil {
 		logf(log, "apply Addon CRD: %v", err)
 	}
-	if err := registerNode(ctx, cs, hostname, ip); err != nil {
+	if err := registerNode(ctx, cs, hostname, ip, dir == etcdDir); err != nil {
 		return fmt.Errorf("register node: %w", err)
 	}
 	_ = os.MkdirAll(ManifestsDir, 0o700)
@@ -263,10 +352,6 @@ func Server(args []string, log io.Writer) error {
 	go dep.run(ctx)
 	// k3s embeds helm-controller (upstream-facts 2.7); the operator runs
 	// only once its chart's Deployment is Available.
-	webhookCA, err := pki.LoadOrCreate(filepath.Join(tls, "webhook-ca"))
-	if err != nil {
-		return err
-	}
 	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log, WebhookCA: webhookCA}
 	go hc.Run(ctx)
 	op := &capiop.Operator{CS: cs, DC: dc, LabDir: labDir(), Log: log, NodeIP: ip}
@@ -423,7 +508,8 @@ func readyConditions(now metav1.Time) []corev1.NodeCondition {
 }
 
 // registerNode does what the kubelet does: the Node object, then Ready.
-func registerNode(ctx context.Context, cs *kubernetes.Clientset, name, ip string) error {
+// A server with embedded etcd also carries the etcd role, as k3s labels it.
+func registerNode(ctx context.Context, cs *kubernetes.Clientset, name, ip string, etcd bool) error {
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		n, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -434,6 +520,12 @@ func registerNode(ctx context.Context, cs *kubernetes.Clientset, name, ip string
 	}
 	if err != nil {
 		return err
+	}
+	if etcd && n.Labels["node-role.kubernetes.io/etcd"] != "true" {
+		n.Labels["node-role.kubernetes.io/etcd"] = "true"
+		if n, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
 	}
 	now := metav1.Now()
 	n.Status.Conditions = readyConditions(now)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -329,6 +330,53 @@ func TestK3s(t *testing.T) {
 	r = l.Run("", kubectl, "--kubeconfig", kc, "-n", "kube-system", "get", "addons.k3s.cattle.io", "demo", "-o", "jsonpath={.spec.source} {.spec.checksum}")
 	if !strings.HasPrefix(r.Stdout, "/var/lib/rancher/k3s/server/manifests/demo.yaml ") || len(strings.Fields(r.Stdout)) != 2 || len(strings.Fields(r.Stdout)[1]) != 64 {
 		t.Errorf("addon: %+v", r)
+	}
+	testEtcd(t, l, vm, kc)
+}
+
+// testEtcd: the datastore and its snapshots, as k3s has them. Without
+// cluster-init a lone server is SQLite and refuses a snapshot; with it,
+// the data moves to etcd on restart; a snapshot saved then restores the
+// cluster as it was, under the token it was taken with and no other.
+func testEtcd(t *testing.T, l *labtest.Lab, vm func(string) labtest.Result, kc string) {
+	kubectl := func(args ...string) labtest.Result {
+		return l.Run("", append([]string{labtest.Kubectl(t), "--kubeconfig", kc}, args...)...)
+	}
+	if r := vm("sudo k3s etcd-snapshot save"); r.Code != 1 || !strings.Contains(r.Stderr, `level=fatal msg="Error: see server log for details: etcd datastore disabled"`) {
+		t.Errorf("snapshot of SQLite: %+v", r)
+	}
+	if r := vm("echo 'cluster-init: true' | sudo tee -a /etc/rancher/k3s/config.yaml >/dev/null && sudo systemctl restart k3s"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := kubectl("get", "configmap", "demo", "-o", "jsonpath={.data.k}"); r.Stdout != "v" {
+		t.Errorf("data lost converting to etcd: %+v", r)
+	}
+	if r := kubectl("get", "node", "lab-mgmt", "-o", `jsonpath={.metadata.labels.node-role\.kubernetes\.io/etcd}`); r.Stdout != "true" {
+		t.Errorf("etcd role: %+v", r)
+	}
+	r := vm("sudo k3s etcd-snapshot save --name t && sudo k3s etcd-snapshot ls && sudo stat -c '%a' /var/lib/rancher/k3s/server/token && sudo cat /var/lib/rancher/k3s/server/token")
+	m := regexp.MustCompile(`Snapshot (t-lab-mgmt-\d+) saved\.`).FindStringSubmatch(r.Stderr)
+	if r.Code != 0 || m == nil || !strings.Contains(r.Stdout, "file:///var/lib/rancher/k3s/server/db/snapshots/"+m[1]) || !strings.Contains(r.Stdout, "\n600\nK10") {
+		t.Fatalf("snapshot: %+v", r)
+	}
+	token := strings.TrimSpace(r.Stdout[strings.LastIndex(r.Stdout, "\nK10")+1:])
+	snap := "/var/lib/rancher/k3s/server/db/snapshots/" + m[1]
+	if r := kubectl("create", "configmap", "after-snapshot"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	reset := "sudo systemctl stop k3s && sudo k3s server --cluster-reset --cluster-reset-restore-path=" + snap
+	if r := vm(reset + " --token=K10other::server:wrong"); r.Code != 1 || !strings.Contains(r.Stderr, "bootstrap data already found and encrypted with different token") {
+		t.Errorf("restore with another token: %+v", r)
+	}
+	r = vm(reset + " --token=" + token + " && sudo test -e /var/lib/rancher/k3s/server/db/reset-flag && sudo systemctl start k3s")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "Managed etcd cluster membership has been reset, restart without --cluster-reset flag now.") {
+		t.Fatalf("restore: %+v", r)
+	}
+	if r := kubectl("get", "configmap", "after-snapshot", "demo", "-o", "name", "--ignore-not-found"); r.Stdout != "configmap/demo\n" {
+		t.Errorf("after the restore: %+v", r)
+	}
+	if r := vm("sudo test -e /var/lib/rancher/k3s/server/db/reset-flag"); r.Code == 0 {
+		t.Error("the reset flag outlived a normal start")
 	}
 }
 

@@ -1,0 +1,175 @@
+// Package backup takes the management cluster's etcd snapshot to the
+// laptop and puts it back: k3s's own `etcd-snapshot save` and
+// `--cluster-reset --cluster-reset-restore-path` (docs.k3s.io
+// cli/etcd-snapshot), with the server token the snapshot needs, the config
+// and the pins it was taken with.
+package backup
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/internal/localfile"
+)
+
+// Paths on the VM (k3s's defaults).
+const (
+	SnapshotDir = "/var/lib/rancher/k3s/server/db/snapshots"
+	TokenPath   = "/var/lib/rancher/k3s/server/token"
+	// SnapshotName is the base name of mgmtctl's snapshots; k3s appends
+	// the node and a timestamp.
+	SnapshotName = "mgmtctl"
+)
+
+// The files of one backup directory. Every file is 0600 in a 0700
+// directory: the snapshot holds the cluster's Secrets, the token decrypts
+// its bootstrap data.
+const (
+	snapshotFile = "snapshot"
+	sumFile      = "snapshot.sha256"
+	tokenFile    = "token"
+	configFile   = "mgmt.yaml"
+	manifestFile = "backup.json"
+)
+
+// Manifest is backup.json: what the backup is and what it was taken with.
+type Manifest struct {
+	Cluster  string    `json:"cluster"`
+	Created  time.Time `json:"created"`
+	Snapshot string    `json:"snapshot"` // k3s's name for it
+	SHA256   string    `json:"sha256"`
+	Size     int64     `json:"size"`
+	// Pins are the versions the config pinned (k3s, charts, providers).
+	Pins map[string]string `json:"pins"`
+}
+
+// Backup is one backup directory on the laptop.
+type Backup struct {
+	Dir string
+	Manifest
+}
+
+// Write stores a backup in dir (created; it must not exist yet).
+func Write(dir string, m Manifest, snapshot, token, config []byte) error {
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Errorf("backup %s exists already", dir)
+	}
+	sum := sha256.Sum256(snapshot)
+	m.SHA256, m.Size = hex.EncodeToString(sum[:]), int64(len(snapshot))
+	man, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	// The manifest last: a directory without one is an interrupted backup,
+	// which List skips.
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{snapshotFile, snapshot},
+		{sumFile, []byte(m.SHA256 + "  " + snapshotFile + "\n")},
+		{tokenFile, append([]byte(strings.TrimSpace(string(token))), '\n')},
+		{configFile, config},
+		{manifestFile, append(man, '\n')},
+	} {
+		if err := localfile.Write(filepath.Join(dir, f.name), f.data); err != nil {
+			return fmt.Errorf("write backup %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// List returns the complete backups in dir, newest first.
+func List(dir string) ([]Backup, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Backup
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		b, err := Read(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	return out, nil
+}
+
+// Read reads a backup's manifest.
+func Read(dir string) (Backup, error) {
+	b := Backup{Dir: dir}
+	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if err != nil {
+		return b, fmt.Errorf("%s is not a complete mgmtctl backup: %w", dir, err)
+	}
+	if err := json.Unmarshal(raw, &b.Manifest); err != nil {
+		return b, fmt.Errorf("read %s: %w", filepath.Join(dir, manifestFile), err)
+	}
+	return b, nil
+}
+
+// Load reads the snapshot and the token, and refuses a snapshot whose
+// sha256 is not the one recorded when it was taken (truncated, corrupt,
+// or replaced): nothing is restored from it.
+func (b Backup) Load() (snapshot, token []byte, err error) {
+	snapshot, err = os.ReadFile(filepath.Join(b.Dir, snapshotFile))
+	if err != nil {
+		return nil, nil, err
+	}
+	sum := sha256.Sum256(snapshot)
+	got := hex.EncodeToString(sum[:])
+	recorded, _ := os.ReadFile(filepath.Join(b.Dir, sumFile))
+	if got != b.SHA256 || !strings.HasPrefix(string(recorded), b.SHA256+" ") {
+		return nil, nil, fmt.Errorf("snapshot %s is damaged: its sha256 is %s, the backup recorded %s (%d bytes, now %d); refusing to restore it",
+			filepath.Join(b.Dir, snapshotFile), got, b.SHA256, b.Size, len(snapshot))
+	}
+	token, err = os.ReadFile(filepath.Join(b.Dir, tokenFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the backup's server token: %w", err)
+	}
+	return snapshot, []byte(strings.TrimSpace(string(token))), nil
+}
+
+// PinDiff lists the pins that differ between the backup and the config,
+// as "name: backup → config".
+func PinDiff(backup, config map[string]string) []string {
+	keys := map[string]bool{}
+	for k := range backup {
+		keys[k] = true
+	}
+	for k := range config {
+		keys[k] = true
+	}
+	var out []string
+	for k := range keys {
+		if backup[k] != config[k] {
+			out = append(out, fmt.Sprintf("%s: %s in the backup, %s in the config", k, orNone(backup[k]), orNone(config[k])))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,64 @@
+package backup
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestWriteListLoad: a backup is private (0700 directory, 0600 files), is
+// listed newest first, loads with its token, and a snapshot that changed
+// after it was taken (truncated, a byte flipped) is refused.
+func TestWriteListLoad(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "lab-mgmt")
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	for i, stamp := range []string{"a", "b", "c"} {
+		m := Manifest{Cluster: "lab-mgmt", Created: t0.Add(time.Duration(i) * time.Hour), Snapshot: "mgmtctl-lab-mgmt-" + stamp, Pins: map[string]string{"k3s": "v1.35.7+k3s1"}}
+		if err := Write(filepath.Join(dir, stamp), m, []byte("snapshot "+stamp), []byte("K10abc::server:secret\n"), []byte("kind: ManagementCluster\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(dir, "interrupted"), 0o700) // no manifest: not a backup
+	list, err := List(dir)
+	if err != nil || len(list) != 3 || list[0].Snapshot != "mgmtctl-lab-mgmt-c" || list[2].Snapshot != "mgmtctl-lab-mgmt-a" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	for _, f := range []string{"snapshot", "snapshot.sha256", "token", "mgmt.yaml", "backup.json"} {
+		fi, err := os.Stat(filepath.Join(list[0].Dir, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", f, fi.Mode(), err)
+		}
+	}
+	if fi, _ := os.Stat(list[0].Dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("backup directory mode %v", fi.Mode())
+	}
+	snap, token, err := list[0].Load()
+	if err != nil || string(snap) != "snapshot c" || string(token) != "K10abc::server:secret" {
+		t.Fatalf("load: %q %q %v", snap, token, err)
+	}
+	if err := Write(list[0].Dir, list[0].Manifest, nil, nil, nil); err == nil {
+		t.Error("a backup was overwritten")
+	}
+
+	for name, damage := range map[string][]byte{"truncated": []byte("snap"), "flipped": []byte("snapshot C")} {
+		os.WriteFile(filepath.Join(list[1].Dir, "snapshot"), damage, 0o600)
+		if _, _, err := list[1].Load(); err == nil || !strings.Contains(err.Error(), "is damaged") {
+			t.Errorf("%s snapshot: %v", name, err)
+		}
+	}
+}
+
+func TestPinDiff(t *testing.T) {
+	b := map[string]string{"k3s": "v1.35.7+k3s1", "provider core/cluster-api": "v1.12.10"}
+	c := map[string]string{"k3s": "v1.35.7+k3s1", "provider core/cluster-api": "v1.12.11", "certManager": "v1.21.2"}
+	want := []string{"certManager: none in the backup, v1.21.2 in the config", "provider core/cluster-api: v1.12.10 in the backup, v1.12.11 in the config"}
+	if got := PinDiff(b, c); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q", got)
+	}
+	if got := PinDiff(b, b); got != nil {
+		t.Errorf("same pins: %q", got)
+	}
+}

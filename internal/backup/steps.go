@@ -1,0 +1,230 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// VM is the k3s server a backup is taken on or restored to.
+type VM struct {
+	Name string
+	Host remote.Host
+}
+
+// Take is one backup run: where it goes and what it records. Save fills
+// the snapshot's name for Fetch.
+type Take struct {
+	V *VM
+	// Dir is the cluster's backup directory; each backup is a directory
+	// in it named after its time.
+	Dir      string
+	Manifest Manifest // Cluster and Pins set by the caller
+	Config   []byte   // mgmt.yaml as it was
+	Now      func() time.Time
+	snapshot string
+}
+
+// Save takes an on-demand etcd snapshot on the server.
+type Save struct{ T *Take }
+
+var _ step.Step = (*Save)(nil)
+
+// ID implements step.Step.
+func (s *Save) ID() string { return "etcd-snapshot" }
+
+// Host implements step.Step.
+func (s *Save) Host() string { return s.T.V.Name }
+
+// Check implements step.Step: a backup is always a new snapshot.
+func (s *Save) Check(ctx context.Context) (step.Plan, error) {
+	return step.Plan{Changes: []step.Change{{Target: SnapshotDir, Action: step.Create,
+		Summary: "save an etcd snapshot of " + s.T.V.Name,
+		Payload: remote.Command("k3s", "etcd-snapshot", "save", "--name", SnapshotName).AsRoot()}}}, nil
+}
+
+var savedRE = regexp.MustCompile(`Snapshot (\S+) saved\.`)
+
+// Apply implements step.Step.
+func (s *Save) Apply(ctx context.Context, p step.Plan) error {
+	res, err := s.T.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
+	if err != nil {
+		return fmt.Errorf("k3s etcd-snapshot save: %w", err)
+	}
+	m := savedRE.FindSubmatch(append(res.Stderr, res.Stdout...))
+	if m == nil {
+		return fmt.Errorf("k3s etcd-snapshot save did not name the snapshot it saved: %q", string(res.Stderr))
+	}
+	s.T.snapshot = string(m[1])
+	return nil
+}
+
+// Fetch copies the snapshot and the server token to a new backup
+// directory on the laptop, then deletes the snapshot on the server (the
+// laptop's copy is the backup; on-demand snapshots are never pruned by k3s).
+type Fetch struct{ T *Take }
+
+var _ step.Step = (*Fetch)(nil)
+
+// ID implements step.Step.
+func (s *Fetch) ID() string { return "copy" }
+
+// Host implements step.Step.
+func (s *Fetch) Host() string { return s.T.V.Name }
+
+// Check implements step.Step.
+func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
+	if s.T.snapshot == "" {
+		return step.Plan{Skip: "no snapshot was saved"}, nil
+	}
+	dir := filepath.Join(s.T.Dir, s.T.Now().UTC().Format("20060102T150405Z"))
+	return step.Plan{Changes: []step.Change{{Target: dir, Action: step.Create,
+		Summary: fmt.Sprintf("copy snapshot %s and the server token to %s", s.T.snapshot, dir), Payload: dir}}}, nil
+}
+
+// Apply implements step.Step.
+func (s *Fetch) Apply(ctx context.Context, p step.Plan) error {
+	dir := p.Changes[0].Payload.(string)
+	remotePath := path.Join(SnapshotDir, s.T.snapshot)
+	step.Progress(ctx, "copying "+remotePath)
+	snap, err := s.T.V.Host.ReadFile(ctx, remotePath, true)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", remotePath, err)
+	}
+	step.Progress(ctx, fmt.Sprintf("copied %.1f MiB; reading the server token", float64(len(snap))/(1<<20)))
+	token, err := s.T.V.Host.ReadFile(ctx, TokenPath, true)
+	if err != nil {
+		return fmt.Errorf("read the server token: %w", err)
+	}
+	m := s.T.Manifest
+	m.Created, m.Snapshot = s.T.Now().UTC(), s.T.snapshot
+	if err := Write(dir, m, snap, token, s.T.Config); err != nil {
+		return err
+	}
+	if _, err := s.T.V.Host.Run(ctx, remote.Command("k3s", "etcd-snapshot", "delete", s.T.snapshot).AsRoot()); err != nil {
+		return fmt.Errorf("the backup is in %s; deleting the server's copy failed: %w", dir, err)
+	}
+	return nil
+}
+
+// Prune keeps the newest Keep backups in Dir.
+type Prune struct {
+	Dir  string
+	Keep int
+}
+
+var _ step.Step = (*Prune)(nil)
+
+// ID implements step.Step.
+func (s *Prune) ID() string { return "prune" }
+
+// Host implements step.Step.
+func (s *Prune) Host() string { return "laptop" }
+
+// Check implements step.Step.
+func (s *Prune) Check(ctx context.Context) (step.Plan, error) {
+	all, err := List(s.Dir)
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if len(all) <= s.Keep {
+		return step.Plan{Note: fmt.Sprintf("%d backup(s) in %s, keeping up to %d", len(all), s.Dir, s.Keep)}, nil
+	}
+	var p step.Plan
+	for _, b := range all[s.Keep:] {
+		p.Changes = append(p.Changes, step.Change{Target: b.Dir, Action: step.Delete,
+			Summary: fmt.Sprintf("remove backup %s (keeping the newest %d)", b.Dir, s.Keep), Payload: b.Dir})
+	}
+	return p, nil
+}
+
+// Apply implements step.Step.
+func (s *Prune) Apply(ctx context.Context, p step.Plan) error {
+	for _, c := range p.Changes {
+		if err := os.RemoveAll(c.Payload.(string)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Restore puts a backup's snapshot back on the server with k3s's cluster
+// reset: k3s stops, the current etcd data is moved aside, the snapshot is
+// restored under the backup's server token (which decrypts the cluster's
+// CAs in it), and k3s starts again from it.
+type Restore struct {
+	V        *VM
+	B        Backup
+	Snapshot []byte
+	Token    []byte
+}
+
+var _ step.Step = (*Restore)(nil)
+
+// ID implements step.Step.
+func (s *Restore) ID() string { return "restore" }
+
+// Host implements step.Step.
+func (s *Restore) Host() string { return s.V.Name }
+
+// restoreTokenPath holds the backup's token on the server only while the
+// restore runs.
+const restoreTokenPath = "/var/lib/rancher/k3s/server/mgmtctl-restore-token"
+
+// restoreScript stops k3s, restores $1 under the token in $2 and starts
+// k3s again; the token file goes whatever happens.
+const restoreScript = `set -eu
+snap=$1 tok=$2
+trap 'rm -f -- "$tok"' EXIT
+systemctl stop k3s
+k3s server --cluster-reset --cluster-reset-restore-path="$snap" --token-file="$tok"
+systemctl start k3s`
+
+// Restoration is the restore's payload.
+type Restoration struct {
+	Snapshot, Token remote.File
+	Run             remote.Cmd
+}
+
+// Check implements step.Step.
+func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
+	res, err := remote.ReadOnly(s.V.Host).Run(ctx, remote.Query("sh", "-c", "command -v k3s").Allow(1, 127))
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if res.ExitCode != 0 {
+		return step.Plan{}, fmt.Errorf("k3s is not installed on %s: run mgmtctl apply first (it builds the server the snapshot is restored onto)", s.V.Name)
+	}
+	snap := path.Join(SnapshotDir, s.B.Snapshot)
+	r := Restoration{
+		Snapshot: remote.File{Path: snap, Content: s.Snapshot, Mode: 0o600, Owner: "root:root", Sudo: true},
+		Token:    remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true},
+		Run:      remote.Script("restore etcd snapshot "+s.B.Snapshot+" with k3s server --cluster-reset", restoreScript, snap, restoreTokenPath).AsRoot(),
+	}
+	return step.Plan{Changes: []step.Change{{Target: s.V.Name, Action: step.Run,
+		Summary: fmt.Sprintf("restore snapshot %s (taken %s) on %s: k3s stops, its etcd is replaced, k3s starts from the snapshot", s.B.Snapshot, s.B.Created.Format(time.RFC3339), s.V.Name),
+		Payload: r}}}, nil
+}
+
+// Apply implements step.Step.
+func (s *Restore) Apply(ctx context.Context, p step.Plan) error {
+	r := p.Changes[0].Payload.(Restoration)
+	step.Progress(ctx, fmt.Sprintf("copying the snapshot (%.1f MiB) to %s", float64(len(r.Snapshot.Content))/(1<<20), s.V.Name))
+	for _, f := range []remote.File{r.Snapshot, r.Token} {
+		if _, err := s.V.Host.WriteFile(ctx, f); err != nil {
+			return fmt.Errorf("write %s: %w", f.Path, err)
+		}
+	}
+	step.Progress(ctx, "k3s restores the snapshot")
+	if _, err := s.V.Host.Run(ctx, r.Run); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,385 @@
+package k3s
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+)
+
+// The datastore. Upstream k3s keeps a lone server's data in SQLite
+// (kine, server/db/state.db) unless it runs with cluster-init, which makes
+// it an embedded etcd (server/db/etcd); an existing SQLite datastore is
+// converted when the server restarts with cluster-init, and once etcd,
+// always etcd (docs.k3s.io datastore/ha-embedded). The lab always runs a
+// real etcd; in "SQLite" mode its data directory is named kineDir, so the
+// two modes differ where a user sees them: `k3s etcd-snapshot` refuses a
+// datastore that is not etcd.
+var (
+	etcdDir      = filepath.Join(DataDir, "db", "etcd")
+	kineDir      = filepath.Join(DataDir, "db", "state.db.lab")
+	snapshotDir  = filepath.Join(DataDir, "db", "snapshots")
+	resetFlag    = filepath.Join(DataDir, "db", "reset-flag")
+	tokenFile    = filepath.Join(DataDir, "token")
+	nodeTokenFil = filepath.Join(DataDir, "node-token")
+)
+
+// errEtcdDisabled is k3s's answer to a snapshot of a SQLite datastore.
+var errEtcdDisabled = errors.New("etcd datastore disabled")
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// datastore picks the data directory: etcd when it exists or cluster-init
+// asks for it (converting a SQLite one), else SQLite.
+func datastore(clusterInit bool, log io.Writer) (string, error) {
+	if exists(etcdDir) {
+		return etcdDir, nil
+	}
+	if !clusterInit {
+		return kineDir, nil
+	}
+	if exists(kineDir) {
+		logf(log, "Migrating content from sqlite to etcd")
+		if err := os.Rename(kineDir, etcdDir); err != nil {
+			return "", err
+		}
+	}
+	return etcdDir, nil
+}
+
+// serverToken is the token this start uses: the flag, the config, the
+// token file a previous start wrote, or a new one in k3s's format
+// (K10<ca hash>::server:<password>).
+func serverToken(flag, flagFile string, cfg Config) (string, error) {
+	for _, f := range []string{flagFile, cfg.TokenFile} {
+		if f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", fmt.Errorf("reading token file %s: %w", f, err)
+			}
+			return strings.TrimSpace(string(b)), nil
+		}
+	}
+	for _, t := range []string{flag, cfg.Token} {
+		if t != "" {
+			return t, nil
+		}
+	}
+	if b, err := os.ReadFile(tokenFile); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	pw := make([]byte, 16)
+	_, _ = rand.Read(pw)
+	return "K10" + hex.EncodeToString(pw[:8]) + "::server:" + hex.EncodeToString(pw), nil
+}
+
+// password is the token's secret part, which encrypts the bootstrap data.
+func password(token string) string {
+	if _, pw, ok := strings.Cut(token, "::server:"); ok {
+		return pw
+	}
+	return token
+}
+
+func writeToken(token string) error {
+	for _, p := range []string{tokenFile, nodeTokenFil} {
+		if err := writeFile(p, []byte(token+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bootstrapFiles are the CA material k3s keeps in the datastore as
+// bootstrap data, so a server restored elsewhere gets the cluster's CAs
+// back (docs.k3s.io cli/etcd-snapshot, "Restoring To New Hosts").
+var bootstrapFiles = []string{"server-ca/ca.crt", "server-ca/ca.key", "client-ca/ca.crt", "client-ca/ca.key", "webhook-ca/ca.crt", "webhook-ca/ca.key", "service.key"}
+
+func bootstrapKey(token string) string {
+	h := sha256.Sum256([]byte(password(token)))
+	return "/bootstrap/" + hex.EncodeToString(h[:6])
+}
+
+// seal encrypts the bootstrap data with a key derived from the token's
+// password (upstream derives it with PBKDF2; the lab with SHA-256: only
+// "another token cannot read it" matters here).
+func seal(token string, plain []byte) ([]byte, error) {
+	k := sha256.Sum256([]byte(password(token)))
+	block, _ := aes.NewCipher(k[:])
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	_, _ = rand.Read(nonce)
+	return gcm.Seal(nonce, nonce, plain, nil), nil
+}
+
+func open(token string, sealed []byte) ([]byte, error) {
+	k := sha256.Sum256([]byte(password(token)))
+	block, _ := aes.NewCipher(k[:])
+	gcm, err := cipher.NewGCM(block)
+	if err != nil || len(sealed) < gcm.NonceSize() {
+		return nil, errors.New("bootstrap data unreadable")
+	}
+	return gcm.Open(nil, sealed[:gcm.NonceSize()], sealed[gcm.NonceSize():], nil)
+}
+
+func etcdClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}, DialTimeout: 10 * time.Second})
+}
+
+// loadBootstrap brings the datastore's bootstrap data to disk: the
+// datastore wins (a restored snapshot brings the cluster's CAs back).
+// found is false for a datastore that has none yet; bootstrap data under
+// another token's key is upstream's fatal error.
+func loadBootstrap(ctx context.Context, token, tls string, log io.Writer) (found bool, err error) {
+	cl, err := etcdClient()
+	if err != nil {
+		return false, err
+	}
+	defer cl.Close()
+	res, err := cl.Get(ctx, "/bootstrap/", clientv3.WithPrefix())
+	if err != nil {
+		return false, err
+	}
+	key := bootstrapKey(token)
+	for _, kv := range res.Kvs {
+		if string(kv.Key) != key {
+			continue
+		}
+		logf(log, "Reconciling bootstrap data between datastore and disk")
+		plain, err := open(token, kv.Value)
+		if err != nil {
+			return false, err
+		}
+		files := map[string][]byte{}
+		if err := json.Unmarshal(plain, &files); err != nil {
+			return false, err
+		}
+		for name, b := range files {
+			mode := os.FileMode(0o644)
+			if strings.HasSuffix(name, ".key") {
+				mode = 0o600
+			}
+			if err := writeFile(filepath.Join(tls, name), b, mode); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
+	if len(res.Kvs) > 0 {
+		return false, errors.New("preparing server: failed to bootstrap cluster data: failed to reconcile with local datastore: bootstrap data already found and encrypted with different token")
+	}
+	return false, nil
+}
+
+// storeBootstrap puts the disk's CA material into the datastore, sealed
+// with the token.
+func storeBootstrap(ctx context.Context, token, tls string) error {
+	cl, err := etcdClient()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	files := map[string][]byte{}
+	for _, name := range bootstrapFiles {
+		if b, err := os.ReadFile(filepath.Join(tls, name)); err == nil {
+			files[name] = b
+		}
+	}
+	plain, _ := json.Marshal(files)
+	sealed, err := seal(token, plain)
+	if err != nil {
+		return err
+	}
+	_, err = cl.Put(ctx, bootstrapKey(token), string(sealed))
+	return err
+}
+
+// EtcdSnapshot runs `k3s etcd-snapshot save|ls|delete` against the
+// running server's etcd, as upstream's CLI does through the server.
+func EtcdSnapshot(args []string, stdout, stderr io.Writer) int {
+	fatal := func(err error) int {
+		fmt.Fprintf(stderr, "time=%q level=fatal msg=%q\n", time.Now().UTC().Format(time.RFC3339), "Error: "+err.Error())
+		return 1
+	}
+	cmd := "save"
+	name, dir := "on-demand", snapshotDir
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		k, v, has := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && !has && i+1 < len(args) && (k == "name" || k == "dir" || k == "etcd-snapshot-dir") {
+			i++
+			v = args[i]
+		}
+		switch {
+		case !strings.HasPrefix(a, "-"):
+			rest = append(rest, a)
+		case k == "name":
+			name = v
+		case k == "dir" || k == "etcd-snapshot-dir":
+			dir = v
+		}
+	}
+	if len(rest) > 0 {
+		cmd, rest = rest[0], rest[1:]
+	}
+	switch cmd {
+	case "ls", "list", "l":
+		entries, _ := os.ReadDir(dir)
+		fmt.Fprintf(stdout, "%-40s %-80s %-10s %s\n", "Name", "Location", "Size", "Created")
+		sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+		for _, e := range entries {
+			fi, err := e.Info()
+			if err != nil || e.IsDir() {
+				continue
+			}
+			fmt.Fprintf(stdout, "%-40s %-80s %-10d %s\n", e.Name(), "file://"+filepath.Join(dir, e.Name()), fi.Size(), fi.ModTime().UTC().Format(time.RFC3339))
+		}
+		return 0
+	case "delete":
+		for _, n := range rest {
+			if err := os.Remove(filepath.Join(dir, filepath.Base(n))); err != nil {
+				return fatal(err)
+			}
+			logf(stderr, "Snapshot %s deleted.", n)
+		}
+		return 0
+	case "save":
+		if !exists(etcdDir) {
+			return fatal(fmt.Errorf("see server log for details: %w", errEtcdDisabled))
+		}
+		hostname, _ := os.Hostname()
+		file := fmt.Sprintf("%s-%s-%d", name, hostname, time.Now().Unix())
+		if err := saveSnapshot(filepath.Join(dir, file)); err != nil {
+			return fatal(err)
+		}
+		logf(stderr, "Snapshot %s saved.", file)
+		return 0
+	}
+	fmt.Fprintf(stderr, "No help topic for '%s'\n", cmd)
+	return 3
+}
+
+// saveSnapshot streams etcd's snapshot (with its trailing sha256, as
+// etcd's Maintenance API sends it) to path, mode 0600.
+func saveSnapshot(path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := etcdClient()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rc, err := cl.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd snapshot: %w (is k3s running?)", err)
+	}
+	defer rc.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".part"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// clusterReset restores path (when set) as the only member's data, moving
+// the current data aside, then brings the datastore's bootstrap data to
+// disk under token, writes the reset flag, and says what to do next.
+func clusterReset(restorePath, token, tls string, log io.Writer) error {
+	if restorePath != "" {
+		if exists(etcdDir) {
+			old := fmt.Sprintf("%s-old-%d", etcdDir, time.Now().Unix())
+			if err := os.Rename(etcdDir, old); err != nil {
+				return err
+			}
+		}
+		_ = os.Remove(kineDir)
+		logf(log, "Pre-restore etcd database moved to %s-old-*", etcdDir)
+		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+			SnapshotPath: restorePath, Name: "default", OutputDataDir: etcdDir,
+			PeerURLs: []string{"http://127.0.0.1:2380"}, InitialCluster: "default=http://127.0.0.1:2380",
+			InitialClusterToken: "etcd-cluster",
+		})
+		if err != nil {
+			return fmt.Errorf("failed to restore snapshot %s: %w", restorePath, err)
+		}
+	}
+	if !exists(etcdDir) {
+		return errEtcdDisabled
+	}
+	e, err := startEtcd(etcdDir)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	backup := fmt.Sprintf("%s-%d", tls, time.Now().Unix())
+	logf(log, "Cluster reset: backing up certificates directory to %s", backup)
+	if err := copyDir(tls, backup); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	found, err := loadBootstrap(ctx, token, tls, log)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return errors.New("no bootstrap data in the restored datastore")
+	}
+	if err := writeToken(token); err != nil {
+		return err
+	}
+	if err := writeFile(resetFlag, nil, 0o600); err != nil {
+		return err
+	}
+	logf(log, "Managed etcd cluster membership has been reset, restart without --cluster-reset flag now. Backup and delete ${datadir}/server/db on each peer etcd server and rejoin the nodes")
+	return nil
+}
+
+func copyDir(from, to string) error {
+	return filepath.Walk(from, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(dst, 0o700)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, fi.Mode().Perm())
+	})
+}
