@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -60,5 +61,30 @@ func TestPinDiff(t *testing.T) {
 	}
 	if got := PinDiff(b, b); got != nil {
 		t.Errorf("same pins: %q", got)
+	}
+}
+
+// TestPruneKeepsTheNewest: backups beyond Keep go, oldest first; with no
+// more than Keep, nothing is planned.
+func TestPruneKeepsTheNewest(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	for i, name := range []string{"old", "mid", "new"} {
+		if err := Write(filepath.Join(dir, name), Manifest{Cluster: "lab-mgmt", Created: t0.Add(time.Duration(i) * time.Hour)}, []byte(name), []byte("t"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := (&Prune{Dir: dir, Keep: 2}).Check(context.Background())
+	if err != nil || len(p.Changes) != 1 || p.Changes[0].Payload != filepath.Join(dir, "old") {
+		t.Fatalf("plan: %+v %v", p, err)
+	}
+	if err := (&Prune{Dir: dir, Keep: 2}).Apply(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := List(dir); len(list) != 2 || list[1].Dir != filepath.Join(dir, "mid") {
+		t.Errorf("left: %+v", list)
+	}
+	if p, _ := (&Prune{Dir: dir, Keep: 2}).Check(context.Background()); !p.Empty() {
+		t.Errorf("nothing to prune, planned %+v", p)
 	}
 }
