@@ -282,6 +282,11 @@ func (n *Node) reset(vmid int) int {
 	if !n.running(vmid) {
 		return n.die(exitDie, "VM %d not running", vmid)
 	}
+	return n.powerCycle(vmid, c)
+}
+
+// powerCycle stops the guest and boots it again from its disk.
+func (n *Node) powerCycle(vmid int, c Config) int {
 	if err := n.Backend.Halt(vmid); err != nil {
 		return n.die(exitDie, "%v", err)
 	}
@@ -306,13 +311,7 @@ func (n *Node) reboot(vmid int, args []string) int {
 	if up, err := n.Backend.GuestUp(vmid); err != nil || !up {
 		return n.die(exitDie, "VM quit/powerdown failed - got timeout")
 	}
-	if err := n.Backend.Halt(vmid); err != nil {
-		return n.die(exitDie, "%v", err)
-	}
-	if err := n.Backend.Boot(vmid, c); err != nil {
-		return n.die(exitDie, "%v", err)
-	}
-	return 0
+	return n.powerCycle(vmid, c)
 }
 
 func (n *Node) start(vmid int) int {
