@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
@@ -55,6 +56,9 @@ var savedRE = regexp.MustCompile(`Snapshot (\S+) saved\.`)
 // Apply implements step.Step.
 func (s *Save) Apply(ctx context.Context, p step.Plan) error {
 	res, err := s.T.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
+	if err != nil && strings.Contains(err.Error(), "etcd datastore disabled") {
+		return fmt.Errorf("k3s on %s keeps its data in SQLite, which k3s cannot snapshot: run mgmtctl apply first (it turns on embedded etcd, cluster-init: true, which k3s converts to on restart): %w", s.T.V.Name, err)
+	}
 	if err != nil {
 		return fmt.Errorf("k3s etcd-snapshot save: %w", err)
 	}
@@ -178,13 +182,17 @@ func (s *Restore) Host() string { return s.V.Name }
 // restore runs.
 const restoreTokenPath = "/var/lib/rancher/k3s/server/mgmtctl-restore-token"
 
-// restoreScript stops k3s, restores $1 under the token in $2 and starts
-// k3s again; the token file goes whatever happens.
+// restoreScript stops k3s, restores $1 under the token in $2, makes that
+// token the server's (k3s reads server/token when no token is configured,
+// and the restored bootstrap data opens only with the backup's), and
+// starts k3s again. The uploaded snapshot and token go whatever happens:
+// the laptop holds the backup.
 const restoreScript = `set -eu
 snap=$1 tok=$2
-trap 'rm -f -- "$tok"' EXIT
+trap 'rm -f -- "$tok" "$snap"' EXIT
 systemctl stop k3s
 k3s server --cluster-reset --cluster-reset-restore-path="$snap" --token-file="$tok"
+install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token
 systemctl start k3s`
 
 // Restoration is the restore's payload.
