@@ -28,4 +28,13 @@ func BenchmarkConverged(b *testing.B) {
 			}
 		}
 	})
+	// A backup of the converged cluster: snapshot, copy to the laptop,
+	// prune (keeping 2, so the loop's backups do not pile up).
+	b.Run("backup", func(b *testing.B) {
+		for b.Loop() {
+			if r := e.mgmtctl("backup", "--keep", "2"); r.Code != 0 {
+				b.Fatalf("backup: %s\n%s", r.Stdout, r.Stderr)
+			}
+		}
+	})
 }
