@@ -89,6 +89,9 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Skip: "no snapshot was saved"}, nil
 	}
 	dir := filepath.Join(s.T.Dir, s.T.Now().UTC().Format("20060102T150405Z"))
+	for n, base := 2, dir; exists(dir); n++ {
+		dir = fmt.Sprintf("%s-%d", base, n) // two backups in one second
+	}
 	return step.Plan{Changes: []step.Change{{Target: dir, Action: step.Create,
 		Summary: fmt.Sprintf("copy snapshot %s and the server token to %s", s.T.snapshot, dir), Payload: dir}}}, nil
 }
@@ -235,4 +238,9 @@ func (s *Restore) Apply(ctx context.Context, p step.Plan) error {
 		return err
 	}
 	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
