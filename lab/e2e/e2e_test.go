@@ -99,15 +99,20 @@ func (e *env) pveState() string {
 	e.t.Helper()
 	root := filepath.Join(e.HostDisk("pve"), "upper")
 	var lines []string
-	for _, sub := range []string{"etc/pve", "var/lib/vz", "var/lib/labsim/storage", "root"} {
-		filepath.WalkDir(filepath.Join(root, sub), func(p string, d fs.DirEntry, err error) error {
+	// /etc/pve is the cluster's shared filesystem, kept beside the hosts.
+	dirs := map[string]string{"etc/pve": e.Pmxcfs()}
+	for _, sub := range []string{"var/lib/vz", "var/lib/labsim/storage", "root"} {
+		dirs[sub] = filepath.Join(root, sub)
+	}
+	for sub, dir := range dirs {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return nil
 			}
 			b, _ := os.ReadFile(p)
 			s := sha256.Sum256(b)
-			rel, _ := filepath.Rel(root, p)
-			lines = append(lines, rel+" "+hex.EncodeToString(s[:8]))
+			rel, _ := filepath.Rel(dir, p)
+			lines = append(lines, filepath.Join(sub, rel)+" "+hex.EncodeToString(s[:8]))
 			return nil
 		})
 	}

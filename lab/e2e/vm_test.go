@@ -163,7 +163,7 @@ func TestChangedVMHostKey(t *testing.T) {
 // the next run, with one VM, and the run after that changes nothing.
 func TestKilledAfterCreate(t *testing.T) {
 	e := start(t)
-	e.killWhen("vm", filepath.Join(e.HostDisk("pve"), "upper/etc/pve/nodes/pve/qemu-server/110.conf"), "qm create")
+	e.killWhen("vm", filepath.Join(e.Pmxcfs(), "nodes/pve/qemu-server/110.conf"), "qm create")
 	r := e.apply("--tags", "vm")
 	mustSucceed(t, r, "apply after kill")
 	if strings.Contains(r.Stdout, "vm/create-vm: create") {

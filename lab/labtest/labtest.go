@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,12 @@ type Lab struct {
 // Start brings a lab up in a fresh directory for the test.
 func Start(t testing.TB) *Lab {
 	t.Helper()
+	return StartNodes(t, 1)
+}
+
+// StartNodes is Start with a Proxmox cluster of n nodes (pve1..pveN).
+func StartNodes(t testing.TB, n int) *Lab {
+	t.Helper()
 	Skip(t)
 	bin := Binary(t)
 	dir, err := os.MkdirTemp("", "lab-")
@@ -98,7 +105,7 @@ func Start(t testing.TB) *Lab {
 		t.Fatal(err)
 	}
 	tl := &Lab{Lab: l, t: t, Bin: bin}
-	if out, err := exec.Command(bin, "up", "--dir", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "up", "--dir", dir, "--nodes", strconv.Itoa(n)).CombinedOutput(); err != nil {
 		tl.down()
 		t.Fatalf("labsim up: %v\n%s", err, out)
 	}
@@ -156,10 +163,23 @@ func (l *Lab) SSH(user, addr, knownHosts, command string) Result {
 		"-i", filepath.Join(l.LaptopHome(), ".ssh/id_ed25519"), user+"@"+addr, command)
 }
 
-// PVE runs a command line on the Proxmox node as root over SSH.
+// PVE runs a command line on the Proxmox node (the first of a cluster)
+// as root over SSH.
 func (l *Lab) PVE(command string) Result {
 	l.t.Helper()
 	return l.SSH("root", lab.PVEAddr, "", command)
+}
+
+// OnNode runs a command line on the named Proxmox node as root over SSH.
+func (l *Lab) OnNode(name, command string) Result {
+	l.t.Helper()
+	for _, n := range l.Nodes() {
+		if n.Name == name {
+			return l.SSH("root", n.Addr, "", command)
+		}
+	}
+	l.t.Fatalf("no Proxmox node %q in the lab", name)
+	return Result{}
 }
 
 // WaitVM blocks until VM vmid's boot has ended; it fails the test if the

@@ -43,6 +43,7 @@ func main() {
 const usage = `usage: labsim <command> --dir DIR [args]
 
   up      build the lab in DIR and return when it is ready
+          (--nodes 3: a Proxmox cluster pve1..pve3 sharing /etc/pve)
   down    remove every namespace, process and file the lab made
   exec    run a command in the lab: labsim exec --dir DIR [--host pve] -- CMD...
   status  show the lab's hosts and VMs
@@ -61,6 +62,7 @@ func cli(args []string) int {
 	spec := fs.String("spec", "", "agent: host spec file")
 	off := fs.Bool("off", false, "fault: turn the fault off")
 	crds := fs.String("crds", "", "up: upstream CRD fixtures (default: shared/fixtures/crds beside the repository)")
+	nodes := fs.Int("nodes", 1, "up: Proxmox nodes (1: \"pve\"; more: a cluster pve1..pveN)")
 	if err := fs.Parse(rest); err != nil {
 		return 2
 	}
@@ -86,6 +88,11 @@ func cli(args []string) int {
 		if dir == "" {
 			dir = findCRDs()
 		}
+		if *nodes < 1 || *nodes > 9 {
+			fmt.Fprintln(os.Stderr, "labsim: --nodes must be 1 to 9")
+			return 2
+		}
+		l.NodeCount = *nodes
 		err = l.Up(os.Stdout, dir)
 	case "down":
 		err = l.Down(os.Stdout)
@@ -168,7 +175,7 @@ func runAgent(specPath string) int {
 	}
 	if spec.Role == "pve" {
 		api := &pveapi.Server{Addr: spec.Addr,
-			CertFile: filepath.Join(spec.LabDir, "pki/pve.crt"), KeyFile: filepath.Join(spec.LabDir, "pki/pve.key"),
+			CertFile: filepath.Join(spec.LabDir, "pki", spec.Name+".crt"), KeyFile: filepath.Join(spec.LabDir, "pki", spec.Name+".key"),
 			Tokens: pveapi.TokenConfig{Path: filepath.Join(spec.LabDir, "pki/pve-token")}}
 		spec.Services = append(spec.Services, api.Run)
 	}

@@ -65,6 +65,10 @@ type Spec struct {
 	// LabDir is the lab's directory; it stays visible (and shared) inside
 	// the host whatever the host mounts over its parents.
 	LabDir string `json:"labDir"`
+	// Binds are directories shared with other hosts: path in the host ->
+	// directory under LabDir (a Proxmox cluster's /etc/pve, as pmxcfs
+	// gives every node the same one).
+	Binds map[string]string `json:"binds,omitempty"`
 	// CloudInitDelay is how long cloud-init "runs" after sshd is up.
 	CloudInitDelay time.Duration `json:"cloudInitDelay"`
 	// Services run in-process by role (set by the caller before Run).
@@ -164,6 +168,16 @@ func mountAll(spec *Spec) error {
 		}
 		if err := syscall.Mount(stage, spec.LabDir, "", syscall.MS_MOVE, ""); err != nil {
 			return fmt.Errorf("restore lab dir: %w", err)
+		}
+	}
+	for target, src := range spec.Binds {
+		for _, p := range []string{src, target} {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", src, target, err)
 		}
 	}
 	return nil

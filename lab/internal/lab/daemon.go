@@ -63,12 +63,18 @@ func RunDaemon(l *Lab, ready *os.File) error {
 	if err := l.Net.Bridge(); err != nil {
 		return fail(err)
 	}
-	for _, h := range []struct{ name, addr string }{{"laptop", LaptopAddr}, {"pve", PVEAddr}, {"mirror", MirrorAddr}} {
-		if err := l.Net.AddHost(h.name, h.addr, h.name, ""); err != nil {
+	base := []ProxmoxNode{{"laptop", LaptopAddr}, {"mirror", MirrorAddr}}
+	agents := []string{"mirror"}
+	for _, n := range l.Nodes() {
+		base = append(base, n)
+		agents = append(agents, n.Name)
+	}
+	for _, h := range base {
+		if err := l.Net.AddHost(h.Name, h.Addr, h.Name, ""); err != nil {
 			return fail(err)
 		}
 	}
-	for _, name := range []string{"pve", "mirror"} {
+	for _, name := range agents {
 		if err := d.startAgent(name, l.HostDisk(name)+"/spec.json", l.Net.NS(name)); err != nil {
 			return fail(err)
 		}
@@ -314,7 +320,9 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 	for _, n := range MirrorNames {
 		hosts[n] = MirrorAddr
 	}
-	hosts["pve"] = PVEAddr
+	for _, n := range d.l.Nodes() {
+		hosts[n.Name] = n.Addr
+	}
 	return &host.Spec{
 		Name: fmt.Sprintf("vm%d", vmid), Hostname: name, Addr: ip, Disk: d.l.VMDisk(vmid), LabDir: d.l.Dir,
 		Overlays: []string{"/etc", "/root", "/home", "/var", "/usr", "/opt", "/srv"},
@@ -323,7 +331,7 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 		CACert:   d.caPEM(),
 		Files: map[string]host.File{
 			"/etc/resolv.conf":     {Content: resolv, Mode: 0o644},
-			"/etc/labsim/lab.json": {Content: fmt.Sprintf("{\"dir\":%q,\"node\":%q}\n", d.l.Dir, Node), Mode: 0o644},
+			"/etc/labsim/lab.json": {Content: fmt.Sprintf("{\"dir\":%q,\"node\":%q}\n", d.l.Dir, d.l.Nodes()[0].Name), Mode: 0o644},
 		},
 		Links: map[string]string{
 			"/usr/local/bin/cloud-init": host.SimBinary, "/usr/local/bin/apt-get": host.SimBinary,

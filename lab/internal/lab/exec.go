@@ -100,7 +100,9 @@ func (l *Lab) Status(out io.Writer) error {
 	fmt.Fprintf(out, "lab up in %s\n", l.Dir)
 	fmt.Fprintf(out, "%-8s %-14s %s\n", "HOST", "ADDRESS", "STATE")
 	fmt.Fprintf(out, "%-8s %-14s %s\n", "laptop", LaptopAddr, "up")
-	fmt.Fprintf(out, "%-8s %-14s %s\n", "pve", PVEAddr, "up")
+	for _, n := range l.Nodes() {
+		fmt.Fprintf(out, "%-8s %-14s %s\n", n.Name, n.Addr, "up")
+	}
 	fmt.Fprintf(out, "%-8s %-14s %s\n", "mirror", MirrorAddr, "up")
 	for _, v := range resp.VMs {
 		fmt.Fprintf(out, "%-8s %-14s %s (VM %d)\n", v.Name, v.Addr, v.State, v.VMID)

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/netns"
 )
@@ -38,7 +40,39 @@ var MirrorNames = []string{
 type Lab struct {
 	Dir string
 	Net netns.Net
+	// NodeCount is how many Proxmox nodes Up builds (0: one).
+	NodeCount int
 }
+
+// ProxmoxNode is one node of the lab's Proxmox cluster: its name is its
+// hostname, its SSH host name in the lab and its pmxcfs node name.
+type ProxmoxNode struct{ Name, Addr string }
+
+// nodesFor names n nodes: "pve" alone (the lab as it always was), or
+// pve1..pveN of a cluster, from 192.0.2.10 up.
+func nodesFor(n int) []ProxmoxNode {
+	if n <= 1 {
+		return []ProxmoxNode{{Node, PVEAddr}}
+	}
+	out := make([]ProxmoxNode, n)
+	for i := range out {
+		out[i] = ProxmoxNode{fmt.Sprintf("pve%d", i+1), fmt.Sprintf("192.0.2.%d", 10+i)}
+	}
+	return out
+}
+
+// Nodes are the lab's Proxmox nodes, as Up recorded them.
+func (l *Lab) Nodes() []ProxmoxNode {
+	b, err := os.ReadFile(l.path("nodes"))
+	if err != nil {
+		return nodesFor(1)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return nodesFor(n)
+}
+
+// Pmxcfs is the directory every node mounts as /etc/pve.
+func (l *Lab) Pmxcfs() string { return l.path("pmxcfs") }
 
 // Open returns the lab for dir (which need not exist yet). The namespace
 // prefix is derived from the absolute path, so two labs never collide and
@@ -75,7 +109,7 @@ func (l *Lab) FaultPath(name string) string { return l.path("faults", name) }
 func (l *Lab) TokenPath() string { return l.path("pki", "pve-token") }
 
 // made lists what Up creates in Dir, so Down removes exactly that.
-var made = []string{".labsim", "bin", "crds", "hosts", "vms", "laptop", "mirror", "pki", "faults", "mgmt.yaml", "secrets.yaml",
+var made = []string{".labsim", "bin", "crds", "hosts", "vms", "laptop", "mirror", "pki", "faults", "mgmt.yaml", "secrets.yaml", "pmxcfs", "nodes",
 	"control.sock", "daemon.log", "daemon.pid", "state.json"}
 
 func (l *Lab) marker() string { return l.path(".labsim") }

@@ -393,3 +393,51 @@ func serverVersion(t *testing.T, l *labtest.Lab, kubeconfig string) string {
 	}
 	return v.Server.GitVersion + " " + v.Server.Major + "." + v.Server.Minor
 }
+
+// TestProxmoxCluster: `labsim up --nodes 3` is a cluster of pve1..pve3
+// sharing /etc/pve as pmxcfs does: a VMID exists once in the cluster (a
+// create on another node names the node that has it; nextid skips it),
+// qm on a node sees that node's VMs only, each node keeps its own image
+// copy (local storage), and a VM created and started on any node boots on
+// the lab's network. Every node answers SSH and the Proxmox API.
+func TestProxmoxCluster(t *testing.T) {
+	l := labtest.StartNodes(t, 3)
+	nodes := l.Nodes()
+	if len(nodes) != 3 || nodes[1].Name != "pve2" || nodes[1].Addr != "192.0.2.11" {
+		t.Fatalf("nodes: %+v", nodes)
+	}
+	for _, n := range nodes {
+		if r := l.OnNode(n.Name, "hostname && curl -s -o /dev/null -w '%{http_code}' https://"+n.Name+":8006/api2/json/version"); r.Stdout != n.Name+"\n401" {
+			t.Errorf("%s: %+v", n.Name, r)
+		}
+	}
+	if r := l.OnNode("pve1", createVM+" && qm start 110"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := l.OnNode("pve2", "qm create 110 --name other"); r.Code != 255 || r.Stderr != "unable to create VM 110 - VM 110 already exists on node 'pve1'\n" {
+		t.Errorf("VMID taken on another node: %+v", r)
+	}
+	if r := l.OnNode("pve2", "qm status 110"); r.Code != 2 || r.Stderr != "Configuration file 'nodes/pve2/qemu-server/110.conf' does not exist\n" {
+		t.Errorf("qm on another node's VM: %+v", r)
+	}
+	if r := l.OnNode("pve3", "pvesh get /cluster/nextid --vmid 110"); r.Code == 0 || !strings.Contains(r.Stderr, "VM 110 already exists") {
+		t.Errorf("nextid --vmid 110: %+v", r)
+	}
+	if r := l.OnNode("pve2", "ls /var/lib/vz/template/iso; ls /etc/pve/nodes/pve1/qemu-server"); r.Stdout != "110.conf\n" {
+		t.Errorf("pve2 has its own (empty) image store and sees the cluster's configs: %+v", r)
+	}
+	second := strings.NewReplacer("qm create 110", "qm create 120", "192.0.2.50/24", "192.0.2.51/24", "--name lab-mgmt", "--name second").Replace(createVM)
+	if r := l.OnNode("pve2", second+" && qm start 120 && qm list"); r.Code != 0 || !strings.Contains(r.Stdout, "120 second") || strings.Contains(r.Stdout, "lab-mgmt") {
+		t.Fatalf("VM on pve2: %+v", r)
+	}
+	for _, id := range []int{110, 120} {
+		if err := l.WaitVM(id); err != nil {
+			t.Errorf("VM %d: %v", id, err)
+		}
+	}
+	kh := filepath.Join(l.LaptopHome(), "vm_known_hosts")
+	os.WriteFile(kh, []byte("192.0.2.51 "+l.VMHostKey(120)+"\n"), 0o644)
+	if r := l.SSH("ubuntu", "192.0.2.51", kh, "hostname"); r.Stdout != "second\n" {
+		t.Errorf("VM 120: %+v", r)
+	}
+}

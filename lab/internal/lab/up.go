@@ -59,6 +59,10 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	if err := os.WriteFile(l.marker(), []byte(l.Net.Prefix+"\n"), 0o644); err != nil {
 		return err
 	}
+	if err := os.WriteFile(l.path("nodes"), []byte(strconv.Itoa(max(l.NodeCount, 1))+"\n"), 0o644); err != nil {
+		return err
+	}
+	nodes := l.Nodes()
 	if err := copySelf(l.Binary()); err != nil {
 		return err
 	}
@@ -75,8 +79,10 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	if err := l.issue(ca, "mirror", MirrorNames, []net.IP{net.ParseIP(MirrorAddr)}); err != nil {
 		return err
 	}
-	if err := l.issue(ca, "pve", []string{"pve"}, []net.IP{net.ParseIP(PVEAddr)}); err != nil {
-		return err
+	for _, n := range nodes {
+		if err := l.issue(ca, n.Name, []string{n.Name}, []net.IP{net.ParseIP(n.Addr)}); err != nil {
+			return err
+		}
 	}
 	key := l.path("laptop/home/.ssh/id_ed25519")
 	if !exists(key) {
@@ -104,19 +110,26 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	if err := l.startDaemon(); err != nil {
 		return err
 	}
-	pveKey, err := os.ReadFile(l.HostDisk("pve") + "/ssh_host_ed25519_key.pub")
-	if err != nil {
-		return err
+	var known strings.Builder
+	for _, n := range nodes {
+		key, err := os.ReadFile(l.HostDisk(n.Name) + "/ssh_host_ed25519_key.pub")
+		if err != nil {
+			return err
+		}
+		f := strings.Fields(string(key))
+		fmt.Fprintf(&known, "%s %s %s\n", n.Addr, f[0], f[1])
 	}
-	f := strings.Fields(string(pveKey))
-	if err := os.WriteFile(l.path("laptop/home/.ssh/known_hosts"), []byte(PVEAddr+" "+f[0]+" "+f[1]+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(l.path("laptop/home/.ssh/known_hosts"), []byte(known.String()), 0o644); err != nil {
 		return err
 	}
 	if err := l.writeConfig(sum); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "lab up in %s (namespaces %s-*)\n", l.Dir, l.Net.Prefix)
-	fmt.Fprintf(out, "  laptop %s, Proxmox node %q at %s (root by key), mirror %s\n", LaptopAddr, Node, PVEAddr, MirrorAddr)
+	for _, n := range nodes {
+		fmt.Fprintf(out, "  Proxmox node %q at %s (root by key)\n", n.Name, n.Addr)
+	}
+	fmt.Fprintf(out, "  laptop %s, mirror %s\n", LaptopAddr, MirrorAddr)
 	fmt.Fprintf(out, "  config: %s\n  run:    labsim exec --dir %s -- mgmtctl apply -c %s\n", l.ConfigPath(), l.Dir, l.ConfigPath())
 	return nil
 }
@@ -229,31 +242,41 @@ func (l *Lab) writeImage() (string, error) {
 }
 
 func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
-	hosts := map[string]string{"pve": PVEAddr}
+	nodes := l.Nodes()
+	hosts := map[string]string{}
+	for _, n := range nodes {
+		hosts[n.Name] = n.Addr
+	}
 	for _, n := range MirrorNames {
 		hosts[n] = MirrorAddr
 	}
-	labJSON, _ := json.Marshal(map[string]string{"dir": l.Dir, "node": Node})
-	specs := []*host.Spec{
-		{
-			Name: "pve", Hostname: Node, Addr: PVEAddr, Disk: l.HostDisk("pve"), LabDir: l.Dir,
+	labJSON, _ := json.Marshal(map[string]string{"dir": l.Dir, "node": nodes[0].Name})
+	var specs []*host.Spec
+	for _, n := range nodes {
+		nodeJSON, _ := json.Marshal(map[string]string{"dir": l.Dir, "node": n.Name})
+		specs = append(specs, &host.Spec{
+			Name: n.Name, Hostname: n.Name, Addr: n.Addr, Disk: l.HostDisk(n.Name), LabDir: l.Dir,
 			Overlays: []string{"/etc", "/root", "/var", "/usr/local", "/home"},
 			Users:    []host.User{{Name: "root", AuthorizedKeys: laptopKey}}, RootLogin: true,
 			Hosts: hosts, CACert: caPEM,
 			Files: map[string]host.File{
-				"/etc/labsim/lab.json": {Content: string(labJSON) + "\n", Mode: 0o644},
+				"/etc/labsim/lab.json": {Content: string(nodeJSON) + "\n", Mode: 0o644},
 			},
-			Dirs:       []string{"/var/lib/vz/template/iso", "/etc/pve/nodes/" + Node + "/qemu-server"},
+			// pmxcfs: every node sees the same /etc/pve.
+			Binds:      map[string]string{"/etc/pve": l.Pmxcfs()},
+			Dirs:       []string{"/var/lib/vz/template/iso", "/etc/pve/nodes/" + n.Name + "/qemu-server"},
 			Links:      map[string]string{"/usr/local/sbin/qm": host.SimBinary, "/usr/local/sbin/pvesh": host.SimBinary, "/usr/local/sbin/pveum": host.SimBinary},
-			HostKeyOut: l.HostDisk("pve") + "/ssh_host_ed25519_key.pub",
+			HostKeyOut: l.HostDisk(n.Name) + "/ssh_host_ed25519_key.pub",
 			Role:       "pve",
-		},
-		{
+		})
+	}
+	specs = append(specs,
+		&host.Spec{
 			Name: "mirror", Hostname: "mirror", Addr: MirrorAddr, Disk: l.HostDisk("mirror"), LabDir: l.Dir,
 			Overlays: []string{"/etc", "/root", "/var"}, Hosts: hosts, CACert: caPEM, Role: "mirror",
 			Files: map[string]host.File{"/etc/labsim/lab.json": {Content: string(labJSON) + "\n", Mode: 0o644}},
 		},
-	}
+	)
 	for _, s := range specs {
 		if err := os.MkdirAll(s.Disk, 0o755); err != nil {
 			return err
@@ -333,6 +356,7 @@ func (l *Lab) writeConfig(imageSHA string) error {
 			return err
 		}
 	}
+	first := l.Nodes()[0] // a cluster's VM goes on its first node
 	cfg := fmt.Sprintf(`# Written by labsim up: mgmtctl against the simulated lab in %s.
 apiVersion: mgmtctl/v1alpha1
 kind: ManagementCluster
@@ -364,7 +388,7 @@ spec:
     sshPublicKeyFile: ~/.ssh/id_ed25519.pub
   kubeconfig:
     path: ~/.kube/lab-mgmt.kubeconfig
-`, l.Dir, PVEAddr, Node, PVEAddr, TokenID, ImageHost, ImagePath, imageSHA, VMID, VMAddr)
+`, l.Dir, first.Addr, first.Name, first.Addr, TokenID, ImageHost, ImagePath, imageSHA, VMID, VMAddr)
 	return os.WriteFile(l.ConfigPath(), []byte(cfg), 0o644)
 }
 

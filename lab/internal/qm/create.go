@@ -209,8 +209,8 @@ func (n *Node) create(vmid int, args []string) int {
 	if err != nil {
 		return n.usage("create", err.Error())
 	}
-	if _, err := os.Stat(n.confPath(vmid)); err == nil {
-		return n.die(exitDie, "unable to create VM %d - VM %d already exists on node '%s'", vmid, vmid, n.Name)
+	if node, ok := n.owner(vmid); ok {
+		return n.die(exitDie, "unable to create VM %d - VM %d already exists on node '%s'", vmid, vmid, node)
 	}
 	c := Config{}
 	start := false

@@ -63,6 +63,29 @@ func (n *Node) confDir() string {
 	return filepath.Join(n.Root, "etc/pve/nodes", n.Name, "qemu-server")
 }
 
+// owner is the node of the cluster whose config holds vmid: /etc/pve is
+// the cluster's shared filesystem (pmxcfs), where a VMID exists once
+// (pve-cluster's check_vmid_unused reads the cluster-wide vmlist).
+func (n *Node) owner(vmid int) (string, bool) {
+	matches, _ := filepath.Glob(filepath.Join(n.Root, "etc/pve/nodes", "*", "qemu-server", strconv.Itoa(vmid)+".conf"))
+	if len(matches) == 0 {
+		return "", false
+	}
+	return filepath.Base(filepath.Dir(filepath.Dir(matches[0]))), true
+}
+
+// clusterVMIDs are the VMIDs of every node of the cluster.
+func (n *Node) clusterVMIDs() map[int]bool {
+	taken := map[int]bool{}
+	matches, _ := filepath.Glob(filepath.Join(n.Root, "etc/pve/nodes", "*", "qemu-server", "*.conf"))
+	for _, m := range matches {
+		if id, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(m), ".conf")); err == nil {
+			taken[id] = true
+		}
+	}
+	return taken
+}
+
 func (n *Node) confPath(vmid int) string {
 	return filepath.Join(n.confDir(), strconv.Itoa(vmid)+".conf")
 }
@@ -404,10 +427,7 @@ func (n *Node) list() int {
 
 // NextID answers `pvesh get /cluster/nextid [--vmid N]`.
 func (n *Node) NextID(args []string) int {
-	taken := map[int]bool{}
-	for _, id := range n.vmids() {
-		taken[id] = true
-	}
+	taken := n.clusterVMIDs()
 	for i := 0; i < len(args); i++ {
 		if args[i] == "--vmid" && i+1 < len(args) {
 			id, _ := strconv.Atoi(args[i+1])

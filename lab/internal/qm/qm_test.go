@@ -279,3 +279,32 @@ func TestFormatSize(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterWideVMIDs: in a Proxmox cluster /etc/pve is shared; a VMID
+// exists once: creating it on another node names the node that has it,
+// nextid skips it, and qm on a node sees only that node's VMs (upstream's
+// qm is node-local: the config path is the local node's).
+func TestClusterWideVMIDs(t *testing.T) {
+	n := newNode(t)
+	n.createVM(t)
+	other := &node{be: n.be}
+	other.Node = &Node{Name: "pve2", Root: n.Root, Backend: n.be, Stdout: &other.out, Stderr: &other.err,
+		MAC: n.MAC, Now: n.Now}
+	if code := other.qm("create", "110", "--name", "x"); code != 255 || other.err.String() != "unable to create VM 110 - VM 110 already exists on node 'pve'\n" {
+		t.Errorf("create on another node: %d %q", code, other.err.String())
+	}
+	if code := other.qm("config", "110"); code != 2 || other.err.String() != "Configuration file 'nodes/pve2/qemu-server/110.conf' does not exist\n" {
+		t.Errorf("config on another node: %d %q", code, other.err.String())
+	}
+	if code := other.NextID(nil); code != 0 || other.out.String() != "100\n" {
+		t.Errorf("nextid: %d %q", code, other.out.String())
+	}
+	other.out.Reset()
+	other.err.Reset()
+	if code := other.NextID([]string{"--vmid", "110"}); code != 255 || !strings.Contains(other.err.String(), "VM 110 already exists") {
+		t.Errorf("nextid --vmid 110: %d %q", code, other.err.String())
+	}
+	if other.qm("list"); other.out.Len() != 0 {
+		t.Errorf("qm list on another node: %q", other.out.String())
+	}
+}
