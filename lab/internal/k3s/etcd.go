@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -315,7 +316,7 @@ func saveSnapshot(path string) error {
 // clusterReset restores path (when set) as the only member's data, moving
 // the current data aside, then brings the datastore's bootstrap data to
 // disk under token, writes the reset flag, and says what to do next.
-func clusterReset(restorePath, token, tls string, log io.Writer) error {
+func clusterReset(restorePath, token, tls string, me member, log io.Writer) error {
 	if restorePath != "" {
 		if exists(etcdDir) {
 			old := fmt.Sprintf("%s-old-%d", etcdDir, time.Now().Unix())
@@ -326,8 +327,8 @@ func clusterReset(restorePath, token, tls string, log io.Writer) error {
 		_ = os.Remove(kineDir)
 		logf(log, "Pre-restore etcd database moved to %s-old-*", etcdDir)
 		err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-			SnapshotPath: restorePath, Name: "default", OutputDataDir: etcdDir,
-			PeerURLs: []string{"http://127.0.0.1:2380"}, InitialCluster: "default=http://127.0.0.1:2380",
+			SnapshotPath: restorePath, Name: me.name, OutputDataDir: etcdDir,
+			PeerURLs: []string{me.peerURL()}, InitialCluster: me.name + "=" + me.peerURL(),
 			InitialClusterToken: "etcd-cluster",
 		})
 		if err != nil {
@@ -337,7 +338,7 @@ func clusterReset(restorePath, token, tls string, log io.Writer) error {
 	if !exists(etcdDir) {
 		return errEtcdDisabled
 	}
-	e, err := startEtcd(etcdDir)
+	e, err := startEtcd(etcdDir, me, "")
 	if err != nil {
 		return err
 	}
@@ -382,4 +383,87 @@ func copyDir(from, to string) error {
 		}
 		return os.WriteFile(dst, b, fi.Mode().Perm())
 	})
+}
+
+func firstOf(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// joinCluster adds this server's etcd member to the cluster of the server
+// at serverURL and returns the initial-cluster string it starts with. The
+// token must be the cluster's: its bootstrap data is sealed with it. A
+// member already there at this server's address (a server whose data was
+// wiped to rejoin) is removed first, as it is this one.
+func joinCluster(ctx context.Context, serverURL, token string, given bool, me member, log io.Writer) (string, error) {
+	if !given {
+		return "", errors.New("--token is required to join a cluster with --server")
+	}
+	u, err := url.Parse(serverURL)
+	if err != nil || u.Hostname() == "" {
+		return "", fmt.Errorf("invalid server url %q", serverURL)
+	}
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + u.Hostname() + ":2379"}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	res, err := cl.Get(ctx, bootstrapKey(token))
+	if err != nil {
+		return "", fmt.Errorf("reach the cluster at %s: %w", serverURL, err)
+	}
+	if len(res.Kvs) == 0 {
+		return "", fmt.Errorf("failed to validate token: the cluster at %s has no bootstrap data for this token", serverURL)
+	}
+	members, err := cl.MemberList(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range members.Members {
+		for _, p := range m.PeerURLs {
+			if p == me.peerURL() {
+				logf(log, "Removing stale etcd member %s at %s", m.Name, p)
+				if _, err := cl.MemberRemove(ctx, m.ID); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	// etcd refuses a new voting member until the last one added is
+	// connected for a while (strict reconfig check: "unhealthy cluster");
+	// k3s retries the join until it is.
+	var added *clientv3.MemberAddResponse
+	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		added, err = cl.MemberAdd(ctx, []string{me.peerURL()})
+		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") {
+			break
+		}
+		logf(log, "Waiting for the etcd cluster to accept a member: %v", err)
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("add etcd member %s: %w", me.name, err)
+		case <-time.After(wait):
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("add etcd member %s: %w", me.name, err)
+	}
+	logf(log, "Adding member %s=%s to etcd cluster", me.name, me.peerURL())
+	var parts []string
+	for _, m := range added.Members {
+		name := m.Name
+		if m.ID == added.Member.ID {
+			name = me.name
+		}
+		if name == "" || len(m.PeerURLs) == 0 {
+			continue
+		}
+		parts = append(parts, name+"="+m.PeerURLs[0])
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ","), nil
 }

@@ -31,6 +31,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
@@ -58,6 +60,7 @@ type Config struct {
 	WriteKubeconfigMode string   `json:"write-kubeconfig-mode"`
 	NodeIP              string   `json:"node-ip"`
 	ClusterInit         bool     `json:"cluster-init"`
+	Server              string   `json:"server"`
 	Token               string   `json:"token"`
 	TokenFile           string   `json:"token-file"`
 }
@@ -97,6 +100,9 @@ func LoadConfig(path string) (Config, error) {
 	}
 	if v, ok := raw["node-ip"]; ok {
 		c.NodeIP = fmt.Sprint(v)
+	}
+	if v, ok := raw["server"]; ok {
+		c.Server = fmt.Sprint(v)
 	}
 	if v, ok := raw["cluster-init"]; ok {
 		c.ClusterInit = fmt.Sprint(v) == "true"
@@ -161,6 +167,7 @@ type serverFlags struct {
 	clusterInit, clusterReset bool
 	restorePath               string
 	token, tokenFile          string
+	server                    string
 }
 
 func parseServerFlags(args []string) (serverFlags, error) {
@@ -185,6 +192,8 @@ func parseServerFlags(args []string) (serverFlags, error) {
 			f.token = value()
 		case "token-file":
 			f.tokenFile = value()
+		case "server", "s":
+			f.server = value()
 		}
 		// Other flags (--disable, --tls-san, ...) are config.yaml's
 		// business in the lab: a flag-with-value not known here keeps its
@@ -214,32 +223,40 @@ func Server(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tls := filepath.Join(DataDir, "tls")
-	if flags.clusterReset {
-		return clusterReset(flags.restorePath, token, tls, log)
-	}
-	dir, err := datastore(cfg.ClusterInit || flags.clusterInit, log)
-	if err != nil {
-		return err
-	}
-	_ = os.Remove(resetFlag)
-	etcd, err := startEtcd(dir)
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
-	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
-	defer bcancel()
-	found, err := loadBootstrap(bctx, token, tls, log)
-	if err != nil {
-		return err
-	}
-
 	hostname, _ := os.Hostname()
 	ip := cfg.NodeIP
 	if ip == "" {
 		ip = nodeIP()
 	}
+	me := member{hostname, ip}
+	tls := filepath.Join(DataDir, "tls")
+	if flags.clusterReset {
+		return clusterReset(flags.restorePath, token, tls, me, log)
+	}
+	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer bcancel()
+	var dir, initial string
+	if server := firstOf(flags.server, cfg.Server); server != "" && !exists(filepath.Join(etcdDir, "member")) {
+		// A server joining an embedded-etcd cluster: its member is added
+		// through the cluster it names, which must know its token.
+		if initial, err = joinCluster(bctx, server, token, flags.token != "" || flags.tokenFile != "" || cfg.Token != "" || cfg.TokenFile != "", me, log); err != nil {
+			return err
+		}
+		dir = etcdDir
+	} else if dir, err = datastore(cfg.ClusterInit || flags.clusterInit, log); err != nil {
+		return err
+	}
+	_ = os.Remove(resetFlag)
+	etcd, err := startEtcd(dir, me, initial)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	found, err := loadBootstrap(bctx, token, tls, log)
+	if err != nil {
+		return err
+	}
+
 	serverCA, err := pki.LoadOrCreate(filepath.Join(tls, "server-ca"))
 	if err != nil {
 		return err
@@ -352,10 +369,14 @@ func Server(args []string, log io.Writer) error {
 	go dep.run(ctx)
 	// k3s embeds helm-controller (upstream-facts 2.7); the operator runs
 	// only once its chart's Deployment is Available.
+	// With more servers, one runs them: the holder of a Lease, as
+	// helm-controller and the operator's manager elect their leader.
 	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log, WebhookCA: webhookCA}
-	go hc.Run(ctx)
 	op := &capiop.Operator{CS: cs, DC: dc, LabDir: labDir(), Log: log, NodeIP: ip}
-	go op.Run(ctx)
+	go lead(ctx, cs, hostname, log, func(ctx context.Context) {
+		go hc.Run(ctx)
+		op.Run(ctx)
+	})
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
 	go heartbeat(ctx, cs, hostname)
@@ -389,14 +410,30 @@ func sdNotify(state string) {
 	_, _ = c.Write([]byte(state))
 }
 
-func startEtcd(dir string) (*embed.Etcd, error) {
+// member is this server as an etcd member: named after its host, on its
+// node IP (clients also on loopback, where the apiserver reaches it).
+type member struct{ name, ip string }
+
+func (m member) peerURL() string { return "http://" + m.ip + ":2380" }
+
+// startEtcd starts this server's etcd member on dir. A new data directory
+// founds a cluster of one, or, with initialCluster (a join), becomes a
+// member of an existing one; an existing data directory is what it is.
+// The lab's etcd speaks plain HTTP on the lab network (k3s uses TLS with
+// its etcd CA; nothing outside k3s talks to etcd here).
+func startEtcd(dir string, m member, initialCluster string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
-	cu, _ := url.Parse("http://127.0.0.1:2379")
-	pu, _ := url.Parse("http://127.0.0.1:2380")
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.Name = m.name
+	lc, _ := url.Parse("http://127.0.0.1:2379")
+	cu, _ := url.Parse("http://" + m.ip + ":2379")
+	pu, _ := url.Parse(m.peerURL())
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*lc, *cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=http://127.0.0.1:2380"
+	cfg.InitialCluster = m.name + "=" + m.peerURL()
+	if initialCluster != "" {
+		cfg.InitialCluster, cfg.ClusterState = initialCluster, embed.ClusterStateFlagExisting
+	}
 	cfg.LogLevel = "error"
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -404,11 +441,30 @@ func startEtcd(dir string) (*embed.Etcd, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return e, nil
 	case <-time.After(2 * time.Minute):
 		e.Close()
 		return nil, fmt.Errorf("etcd did not become ready")
 	}
+	// A member whose address changed (or a data directory from before
+	// members had their node's address) advertises where it is now, as
+	// k3s updates its member's peer URL at start.
+	id := uint64(e.Server.MemberID())
+	for _, mm := range e.Server.Cluster().Members() {
+		if uint64(mm.ID) == id && (len(mm.PeerURLs) != 1 || mm.PeerURLs[0] != m.peerURL()) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cl, err := etcdClient()
+			if err == nil {
+				defer cl.Close()
+				_, err = cl.MemberUpdate(ctx, id, []string{m.peerURL()})
+			}
+			if err != nil {
+				e.Close()
+				return nil, fmt.Errorf("update etcd member %s peer URL: %w", m.name, err)
+			}
+		}
+	}
+	return e, nil
 }
 
 // waitReady polls /readyz: the apiserver offers nothing to watch before it
@@ -555,5 +611,29 @@ func heartbeat(ctx context.Context, cs *kubernetes.Clientset, name string) {
 			n.Status.Conditions[i].LastHeartbeatTime = now
 		}
 		_, _ = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	}
+}
+
+// lead runs run while this server holds the lab's controllers Lease
+// (kube-system/k3s-lab-controllers), until ctx ends; a lost lease stops
+// run, and the server stands for election again.
+func lead(ctx context.Context, cs *kubernetes.Clientset, id string, log io.Writer, run func(context.Context)) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: "k3s-lab-controllers", Namespace: "kube-system"},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	for ctx.Err() == nil {
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+			ReleaseOnCancel: true,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					logf(log, "%s leads helm-controller and the operator", id)
+					run(ctx)
+				},
+				OnStoppedLeading: func() {},
+			},
+		})
 	}
 }

@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
@@ -439,5 +441,119 @@ func TestProxmoxCluster(t *testing.T) {
 	os.WriteFile(kh, []byte("192.0.2.51 "+l.VMHostKey(120)+"\n"), 0o644)
 	if r := l.SSH("ubuntu", "192.0.2.51", kh, "hostname"); r.Stdout != "second\n" {
 		t.Errorf("VM 120: %+v", r)
+	}
+}
+
+// TestK3sHA: three k3s servers with embedded etcd on three VMs on three
+// Proxmox nodes. The first runs with cluster-init, the others join it with
+// its token; each runs a real etcd member and API server, so quorum is
+// etcd's: with one server stopped the API still writes through the other
+// two, with two stopped it cannot, and a stopped server started again
+// rejoins. A join with another token is refused.
+func TestK3sHA(t *testing.T) {
+	l := labtest.StartNodes(t, 3)
+	kh := filepath.Join(l.LaptopHome(), "vm_known_hosts")
+	addr := func(i int) string { return fmt.Sprintf("192.0.2.%d", 50+i) }
+	for i, n := range l.Nodes() {
+		create := strings.NewReplacer("qm create 110", fmt.Sprintf("qm create %d", 110+i), "192.0.2.50/24", addr(i)+"/24",
+			"--name lab-mgmt", fmt.Sprintf("--name srv%d", i+1)).Replace(createVM)
+		if r := l.OnNode(n.Name, create+fmt.Sprintf(" && qm start %d", 110+i)); r.Code != 0 {
+			t.Fatal(r)
+		}
+	}
+	var known strings.Builder
+	for i := range 3 {
+		if err := l.WaitVM(110 + i); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&known, "%s %s\n", addr(i), l.VMHostKey(110+i))
+	}
+	os.WriteFile(kh, []byte(known.String()), 0o644)
+	vm := func(i int, cmd string) labtest.Result { return l.SSH("ubuntu", addr(i), kh, cmd) }
+	server := func(i int, config string) labtest.Result {
+		return vm(i, "cloud-init status --wait >/dev/null && sudo mkdir -p /etc/rancher/k3s && printf '"+config+"' | sudo tee /etc/rancher/k3s/config.yaml >/dev/null && curl -sfL https://get.k3s.io | sudo INSTALL_K3S_VERSION=v1.35.7+k3s1 sh - && sudo systemctl start k3s")
+	}
+	if r := server(0, "cluster-init: true\\nwrite-kubeconfig-mode: \"0600\"\\n"); r.Code != 0 {
+		t.Fatalf("first server: %+v", r)
+	}
+	token := strings.TrimSpace(vm(0, "sudo cat /var/lib/rancher/k3s/server/token").Stdout)
+	if r := server(1, "server: https://192.0.2.50:6443\\ntoken: K10bad::server:wrong\\n"); r.Code == 0 {
+		t.Errorf("a join with another token started: %+v", r)
+	}
+	if r := vm(1, "sudo systemctl stop k3s; sudo rm -rf /var/lib/rancher/k3s/server/db"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	for _, i := range []int{1, 2} {
+		if r := server(i, "server: https://192.0.2.50:6443\\ntoken: "+token+"\\n"); r.Code != 0 {
+			t.Fatalf("server %d: %+v", i+1, r)
+		}
+	}
+	kubeconfig := func(i int) string {
+		kc := filepath.Join(l.LaptopHome(), fmt.Sprintf("srv%d.yaml", i+1))
+		r := vm(i, "sudo cat /etc/rancher/k3s/k3s.yaml")
+		os.WriteFile(kc, []byte(strings.Replace(r.Stdout, "127.0.0.1", addr(i), 1)), 0o600)
+		return kc
+	}
+	kc1, kc2 := kubeconfig(0), kubeconfig(1)
+	kubectl := func(kc string, args ...string) labtest.Result {
+		return l.Run("", append([]string{labtest.Kubectl(t), "--kubeconfig", kc, "--request-timeout", "8s"}, args...)...)
+	}
+	r := kubectl(kc2, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status},{.metadata.labels.node-role\.kubernetes\.io/etcd} {end}`)
+	if r.Stdout != "srv1=True,true srv2=True,true srv3=True,true " {
+		t.Fatalf("nodes: %+v", r)
+	}
+	// The second server's API serves what was written through the first:
+	// one datastore.
+	if r := kubectl(kc1, "create", "configmap", "written-on-1"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := kubectl(kc2, "get", "configmap", "written-on-1", "-o", "name"); r.Stdout != "configmap/written-on-1\n" {
+		t.Errorf("read on server 2: %+v", r)
+	}
+	// One server down: two of three members keep quorum.
+	if r := l.OnNode("pve1", "qm stop 110"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	// The members elect a new leader if the stopped one led: a write
+	// may time out until then.
+	var r1 labtest.Result
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if r1 = kubectl(kc2, "create", "configmap", "one-down"); r1.Code == 0 || strings.Contains(r1.Stderr, "AlreadyExists") {
+			break
+		}
+	}
+	if r1.Code != 0 && !strings.Contains(r1.Stderr, "AlreadyExists") {
+		t.Errorf("write with one server down: %+v", r1)
+	}
+	// Two down: no quorum, no write.
+	if r := l.OnNode("pve3", "qm stop 112"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := kubectl(kc2, "create", "configmap", "two-down"); r.Code == 0 {
+		t.Errorf("a write without quorum succeeded: %+v", r)
+	}
+	// Both back: they rejoin with their data, and the cluster writes again.
+	for _, c := range []struct {
+		node string
+		id   int
+	}{{"pve1", 110}, {"pve3", 112}} {
+		if r := l.OnNode(c.node, fmt.Sprintf("qm start %d", c.id)); r.Code != 0 {
+			t.Fatal(r)
+		}
+		if err := l.WaitVM(c.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := vm(0, "sudo systemctl start k3s && systemctl is-active k3s"); r.Stdout != "active\n" {
+		t.Fatalf("server 1 back: %+v", r)
+	}
+	if r := vm(2, "sudo systemctl start k3s && systemctl is-active k3s"); r.Stdout != "active\n" {
+		t.Fatalf("server 3 back: %+v", r)
+	}
+	if r := kubectl(kc1, "create", "configmap", "all-back"); r.Code != 0 {
+		t.Errorf("write with all back: %+v", r)
+	}
+	if r := kubectl(kc1, "get", "configmap", "one-down", "-o", "name"); r.Stdout != "configmap/one-down\n" {
+		t.Errorf("server 1 after rejoining: %+v", r)
 	}
 }

@@ -68,6 +68,10 @@ func (n Net) AddHost(host, addr, ifTag, mac string) error {
 	if len(tmp) > 15 {
 		tmp = tmp[:15]
 	}
+	// A host removed a moment ago may still hold its bridge port: the
+	// kernel frees a namespace (and its veth) only once its last process
+	// is gone. The port of a host being added again is stale: drop it.
+	_, _ = run("ip", "-n", br, "link", "del", peer)
 	steps := [][]string{
 		{"ip", "netns", "add", ns},
 		{"ip", "-n", ns, "link", "set", "lo", "up"},
