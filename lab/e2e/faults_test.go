@@ -74,7 +74,7 @@ func TestChartFailsThenRecovers(t *testing.T) {
 
 // TestChangedVMKeyBeforeAnyChange: the VM's host key is checked when the
 // vm phase gathers its facts, so a changed key stops the run before the
-// missing image is downloaded again.
+// missing image is downloaded again; status exits 4 for it, as apply.
 func TestChangedVMKeyBeforeAnyChange(t *testing.T) {
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm"), "apply")
@@ -94,6 +94,10 @@ func TestChangedVMKeyBeforeAnyChange(t *testing.T) {
 	}
 	if r := e.PVE("ls -A /var/lib/vz/template/iso"); r.Stdout != "" {
 		t.Errorf("the image was downloaded before the key was checked: %q", r.Stdout)
+	}
+	// status classes it as apply does: exit 4.
+	if r := e.mgmtctl("status"); r.Code != 4 || !strings.Contains(r.Stdout+r.Stderr, "host key of 192.0.2.50 CHANGED") {
+		t.Errorf("status with a changed key: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	os.WriteFile(kh, good, 0o600)
 	mustSucceed(t, e.apply("--tags", "vm"), "apply with the right key")
