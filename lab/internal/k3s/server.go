@@ -40,6 +40,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/capiop"
 	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
+	"github.com/mgmtctl/mgmtctl/lab/internal/kubevip"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
@@ -380,11 +381,25 @@ func Server(args []string, log io.Writer) error {
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
 	go heartbeat(ctx, cs, hostname)
+	// kube-vip, when its DaemonSet is deployed: the lab runs its pod's
+	// work here, on this node.
+	vipDone := make(chan struct{})
+	go func() {
+		defer close(vipDone)
+		(&kubevip.Node{CS: cs, Name: hostname, Log: log, IP: kubevip.IPCommand, Announce: kubevip.Arping}).Run(ctx)
+	}()
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case <-sig:
+		// A stopping server gives the address up (its pod would be
+		// stopped with it), so the next holder is the only one.
+		cancel()
+		select {
+		case <-vipDone:
+		case <-time.After(3 * time.Second):
+		}
 		return nil
 	case code := <-apiDone:
 		return fmt.Errorf("kube-apiserver exited %d", code)

@@ -473,7 +473,7 @@ func TestK3sHA(t *testing.T) {
 	server := func(i int, config string) labtest.Result {
 		return vm(i, "cloud-init status --wait >/dev/null && sudo mkdir -p /etc/rancher/k3s && printf '"+config+"' | sudo tee /etc/rancher/k3s/config.yaml >/dev/null && curl -sfL https://get.k3s.io | sudo INSTALL_K3S_VERSION=v1.35.7+k3s1 sh - && sudo systemctl start k3s")
 	}
-	if r := server(0, "cluster-init: true\\nwrite-kubeconfig-mode: \"0600\"\\n"); r.Code != 0 {
+	if r := server(0, "cluster-init: true\\nwrite-kubeconfig-mode: \"0600\"\\ntls-san:\\n  - 192.0.2.60\\n"); r.Code != 0 {
 		t.Fatalf("first server: %+v", r)
 	}
 	token := strings.TrimSpace(vm(0, "sudo cat /var/lib/rancher/k3s/server/token").Stdout)
@@ -484,7 +484,7 @@ func TestK3sHA(t *testing.T) {
 		t.Fatal(r)
 	}
 	for _, i := range []int{1, 2} {
-		if r := server(i, "server: https://192.0.2.50:6443\\ntoken: "+token+"\\n"); r.Code != 0 {
+		if r := server(i, "server: https://192.0.2.50:6443\\ntoken: "+token+"\\ntls-san:\\n  - 192.0.2.60\\n"); r.Code != 0 {
 			t.Fatalf("server %d: %+v", i+1, r)
 		}
 	}
@@ -502,6 +502,8 @@ func TestK3sHA(t *testing.T) {
 	if r.Stdout != "srv1=True,true srv2=True,true srv3=True,true " {
 		t.Fatalf("nodes: %+v", r)
 	}
+	testVIP(t, l, vm, kubectl, kc1)
+
 	// The second server's API serves what was written through the first:
 	// one datastore.
 	if r := kubectl(kc1, "create", "configmap", "written-on-1"); r.Code != 0 {
@@ -555,5 +557,89 @@ func TestK3sHA(t *testing.T) {
 	}
 	if r := kubectl(kc1, "get", "configmap", "one-down", "-o", "name"); r.Stdout != "configmap/one-down\n" {
 		t.Errorf("server 1 after rejoining: %+v", r)
+	}
+}
+
+// kubeVIP is kube-vip's DaemonSet in ARP mode with control-plane leader
+// election, as `kube-vip manifest daemonset --arp --controlplane
+// --leaderElection` writes it (the lab reads its container's env).
+const kubeVIP = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-vip-ds
+  namespace: kube-system
+spec:
+  selector:
+    matchLabels: {app.kubernetes.io/name: kube-vip-ds}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: kube-vip-ds}
+    spec:
+      hostNetwork: true
+      containers:
+      - name: kube-vip
+        image: ghcr.io/kube-vip/kube-vip:v1.2.3
+        args: [manager]
+        env:
+        - {name: vip_arp, value: "true"}
+        - {name: port, value: "6443"}
+        - {name: vip_interface, value: eth0}
+        - {name: vip_cidr, value: "32"}
+        - {name: cp_enable, value: "true"}
+        - {name: cp_namespace, value: kube-system}
+        - {name: vip_leaderelection, value: "true"}
+        - {name: vip_leasename, value: plndr-cp-lock}
+        - {name: vip_leaseduration, value: "5"}
+        - {name: vip_renewdeadline, value: "3"}
+        - {name: vip_retryperiod, value: "1"}
+        - {name: address, value: 192.0.2.60}
+`
+
+// testVIP: kube-vip deployed as a k3s manifest puts the VIP on the lease
+// holder's eth0, announced by ARP, so the laptop reaches the API at
+// 192.0.2.60; when the holder stops, another server takes the address
+// over, and the API answers there again. The stopped server comes back.
+func testVIP(t *testing.T, l *labtest.Lab, vm func(int, string) labtest.Result, kubectl func(string, ...string) labtest.Result, kc1 string) {
+	b, _ := os.ReadFile(kc1)
+	vip := filepath.Join(l.LaptopHome(), "vip.yaml")
+	os.WriteFile(vip, []byte(strings.Replace(string(b), "192.0.2.50", "192.0.2.60", 1)), 0o600)
+	if r := vm(0, "printf '%s' '"+kubeVIP+"' | sudo tee /var/lib/rancher/k3s/server/manifests/kube-vip.yaml >/dev/null"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	// k3s rescans its manifests every 15 s.
+	viaVIP := func(within time.Duration) (string, time.Duration) {
+		start := time.Now()
+		var r labtest.Result
+		for time.Since(start) < within {
+			if r = kubectl(vip, "get", "lease", "-n", "kube-system", "plndr-cp-lock", "-o", "jsonpath={.spec.holderIdentity}"); r.Code == 0 && r.Stdout != "" {
+				return r.Stdout, time.Since(start)
+			}
+		}
+		t.Fatalf("the API does not answer at the VIP after %s: %+v", within, r)
+		return "", 0
+	}
+	holder, took := viaVIP(60 * time.Second)
+	t.Logf("VIP 192.0.2.60 up on %s after %s", holder, took)
+	i := int(holder[len(holder)-1]-'0') - 1
+	if r := vm(i, "ip -4 -o addr show dev eth0"); !strings.Contains(r.Stdout, "192.0.2.60/32") {
+		t.Errorf("%s's eth0 lacks the VIP: %+v", holder, r)
+	}
+	node := l.Nodes()[i].Name
+	if r := l.OnNode(node, fmt.Sprintf("qm stop %d", 110+i)); r.Code != 0 {
+		t.Fatal(r)
+	}
+	next, took := viaVIP(60 * time.Second)
+	for next == holder {
+		next, took = viaVIP(60 * time.Second)
+	}
+	t.Logf("VIP moved from %s to %s in %s", holder, next, took)
+	if r := l.OnNode(node, fmt.Sprintf("qm start %d", 110+i)); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if err := l.WaitVM(110 + i); err != nil {
+		t.Fatal(err)
+	}
+	if r := vm(i, "sudo systemctl start k3s && systemctl is-active k3s"); r.Stdout != "active\n" {
+		t.Fatalf("%s back: %+v", holder, r)
 	}
 }
