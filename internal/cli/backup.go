@@ -9,73 +9,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mgmtctl/mgmtctl/internal/backup"
-	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
-	"github.com/mgmtctl/mgmtctl/internal/redact"
-	"github.com/mgmtctl/mgmtctl/internal/remote"
-	"github.com/mgmtctl/mgmtctl/internal/runlog"
 	"github.com/mgmtctl/mgmtctl/internal/step"
-	"github.com/mgmtctl/mgmtctl/internal/ui"
 )
-
-// dayTwo is what backup, restore and destroy share: the loaded config,
-// the redactor, the debug log and a session that may change things.
-type dayTwo struct {
-	g   *global
-	o   *Options
-	l   *config.Loaded
-	x   *redact.Redactor
-	log *runlog.Log
-	s   *phase.Session
-}
-
-func openDayTwo(g *global, o *Options) (*dayTwo, error) {
-	l, x, err := g.loadForRun(o)
-	if err != nil {
-		return nil, err
-	}
-	log, err := runlog.Open(runlog.Dir(o.CacheDir), l.Cluster.Metadata.Name, x, o.Now())
-	if err != nil {
-		return nil, err
-	}
-	s := &phase.Session{Config: l, Redact: x.Add, Log: log.Logger, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
-	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: x, Retry: remote.Retry{Attempts: 4}}
-	return &dayTwo{g: g, o: o, l: l, x: x, log: log, s: s}, nil
-}
-
-func (d *dayTwo) close() {
-	d.s.Close()
-	d.log.Close()
-}
-
-// view renders a run as apply does.
-func (d *dayTwo) view() engine.Listener {
-	if d.g.output == "json" {
-		return engine.Listeners{d.log, ui.NewJSON(d.o.Out, d.x, false)}
-	}
-	return engine.Listeners{d.log, ui.NewText(d.o.Out, ui.TextOptions{Verbose: d.g.verbose, Terminal: d.o.Terminal, Redactor: d.x, LogPath: d.log.Path})}
-}
-
-func (d *dayTwo) fail(err error) error {
-	fmt.Fprintf(d.o.Err, "error: %s\n%s", d.x.String(err.Error()), nextHint(err))
-	return reported{err}
-}
-
-// confirm asks for the cluster's name unless yes; a closed or wrong
-// answer is no.
-func (d *dayTwo) confirm(yes bool, what string) bool {
-	if yes {
-		return true
-	}
-	name := d.l.Cluster.Metadata.Name
-	fmt.Fprintf(d.o.Err, "Type the cluster's name (%s) to %s: ", name, what)
-	if answer := readLine(d.o.In); answer != name {
-		fmt.Fprintf(d.o.Err, "\nnot confirmed (got %q): nothing was removed or changed; --yes skips the question\n", answer)
-		return false
-	}
-	return true
-}
 
 func newBackup(g *global, o *Options) *cobra.Command {
 	var to string
@@ -92,7 +29,7 @@ func newBackup(g *global, o *Options) *cobra.Command {
 			if keep < 1 {
 				return usageError{fmt.Errorf("--keep must be at least 1, got %d", keep)}
 			}
-			d, err := openDayTwo(g, o)
+			d, err := openRun(g, o)
 			if err != nil {
 				return err
 			}
@@ -105,7 +42,7 @@ func newBackup(g *global, o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := engine.Run(cmd.Context(), []step.Phase{phase.Backup(d.s, dir, keep, raw, o.Now)}, engine.Options{Now: o.Now}, d.view()); err != nil {
+			if _, err := engine.Run(cmd.Context(), []step.Phase{phase.Backup(d.s, dir, keep, raw, o.Now)}, engine.Options{Now: o.Now}, d.listeners(false)); err != nil {
 				return d.fail(err)
 			}
 			if list, err := backup.List(dir); err == nil && len(list) > 0 && g.output != "json" {
@@ -144,7 +81,7 @@ func newRestore(g *global, o *Options) *cobra.Command {
 }
 
 func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pinsOK bool) error {
-	d, err := openDayTwo(g, o)
+	d, err := openRun(g, o)
 	if err != nil {
 		return err
 	}
@@ -166,16 +103,12 @@ func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pi
 		return d.fail(fmt.Errorf("the backup was taken with other pins than the config's:\n  %s\nset the config's pins to the backup's, or pass --allow-pin-mismatch (the phases after the restore then move the cluster to the config's pins)",
 			strings.Join(diff, "\n  ")))
 	}
-	w := o.Out
-	if g.output == "json" {
-		w = o.Err
-	}
-	fmt.Fprintf(w, "restore will replace the state of %s (VM %d at %s) with snapshot %s, taken %s; what the cluster got since is lost\n",
+	fmt.Fprintf(d.info(), "restore will replace the state of %s (VM %d at %s) with snapshot %s, taken %s; what the cluster got since is lost\n",
 		d.l.Cluster.Metadata.Name, d.l.Cluster.Spec.VM.ID, d.l.Cluster.Spec.VM.Net.Addr(), b.Snapshot, b.Created.Format("2006-01-02 15:04:05 MST"))
 	if !d.confirm(yes, "restore it") {
 		return exitError(ExitFailed)
 	}
-	if _, err := engine.Run(ctx, phase.Restore(d.s, b, snap, token), engine.Options{Now: o.Now}, d.view()); err != nil {
+	if _, err := engine.Run(ctx, phase.Restore(d.s, b, snap, token), engine.Options{Now: o.Now}, d.listeners(false)); err != nil {
 		return d.fail(err)
 	}
 	return nil

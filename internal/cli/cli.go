@@ -24,9 +24,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
-	"github.com/mgmtctl/mgmtctl/internal/runlog"
 	"github.com/mgmtctl/mgmtctl/internal/step"
-	"github.com/mgmtctl/mgmtctl/internal/ui"
 )
 
 // Options are everything the CLI takes from its process.
@@ -305,15 +303,16 @@ func (g *global) loadForRun(o *Options) (*config.Loaded, *redact.Redactor, error
 }
 
 func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
-	l, x, err := g.loadForRun(o)
+	r, err := newRun(g, o)
 	if err != nil {
 		return err
 	}
+	l, x, s := r.l, r.x, r.s
 
 	if f.waitTimeout < 0 {
 		return usageError{fmt.Errorf("--wait-timeout must be positive, got %s", f.waitTimeout)}
 	}
-	s := &phase.Session{Config: l, ReadOnly: f.check, AcceptNewHostKey: f.acceptNew, WaitTimeout: f.waitTimeout, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	s.ReadOnly, s.AcceptNewHostKey, s.WaitTimeout = f.check, f.acceptNew, f.waitTimeout
 	all := o.Phases(s)
 	selected, err := engine.SelectPhases(all, parseTags(f.tags), parseTags(f.skipTags))
 	if err != nil {
@@ -327,26 +326,14 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 		}
 	}
 
-	log, err := runlog.Open(runlog.Dir(o.CacheDir), l.Cluster.Metadata.Name, x, o.Now())
-	if err != nil {
+	if err := r.open(); err != nil {
 		return err
 	}
-	defer log.Close()
-	s.Log = log.Logger
-	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: x,
-		Retry: remote.Retry{Attempts: 4}}
-	defer s.Close()
-
-	var view engine.Listener
-	if g.output == "json" {
-		view = ui.NewJSON(o.Out, x, f.diff)
-	} else {
-		view = ui.NewText(o.Out, ui.TextOptions{Diff: f.diff, Verbose: g.verbose, Terminal: o.Terminal, Redactor: x, LogPath: log.Path})
-	}
-	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now}, engine.Listeners{log, view})
+	defer r.close()
+	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now}, r.listeners(f.diff))
 	if err != nil {
 		if g.output == "json" {
-			fmt.Fprintf(o.Err, "error: %s\ndebug log: %s\n", x.String(err.Error()), log.Path)
+			fmt.Fprintf(o.Err, "error: %s\ndebug log: %s\n", x.String(err.Error()), r.log.Path)
 		} else {
 			fmt.Fprintf(o.Err, "error: %s\n%s", x.String(err.Error()), nextHint(err))
 		}

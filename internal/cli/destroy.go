@@ -42,7 +42,7 @@ func (p *planned) Event(e engine.Event) {
 }
 
 func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
-	d, err := openDayTwo(g, o)
+	d, err := openRun(g, o)
 	if err != nil {
 		return err
 	}
@@ -56,10 +56,7 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{d.log, p}); err != nil {
 		return d.fail(err)
 	}
-	info := o.Out
-	if g.output == "json" {
-		info = o.Err
-	}
+	info := d.info()
 	if len(p.changes) == 0 {
 		fmt.Fprintf(info, "nothing to destroy: VM %d does not exist on %s and no laptop file of %s is left\n",
 			l.Cluster.Spec.VM.ID, l.Cluster.Spec.Proxmox.Node, l.Cluster.Metadata.Name)
@@ -73,7 +70,7 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 	if !d.confirm(yes, "destroy it") {
 		return exitError(ExitFailed)
 	}
-	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now}, d.view()); err != nil {
+	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now}, d.listeners(false)); err != nil {
 		return d.fail(err)
 	}
 	return nil

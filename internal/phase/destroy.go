@@ -22,12 +22,7 @@ func Destroy(s *Session) step.Phase {
 	return step.Phase{
 		Tag: step.TagDestroy,
 		Prepare: func(ctx context.Context) (string, error) {
-			h, err := s.Host(ctx, s.ProxmoxTarget())
-			if err != nil {
-				return n.Name(), err
-			}
-			n.Host = h
-			return n.Name(), n.Gather(ctx)
+			return n.Name(), gatherNode(ctx, s, n)
 		},
 		Steps: []step.Step{
 			&proxmox.DestroyVM{N: n},

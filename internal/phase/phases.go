@@ -41,12 +41,7 @@ func vmPhase(s *Session) step.Phase {
 	return step.Phase{
 		Tag: step.TagVM,
 		Prepare: func(ctx context.Context) (string, error) {
-			h, err := s.Host(ctx, s.ProxmoxTarget())
-			if err != nil {
-				return n.Name(), err
-			}
-			n.Host = h
-			if err := n.Gather(ctx); err != nil {
+			if err := gatherNode(ctx, s, n); err != nil {
 				return n.Name(), err
 			}
 			return n.Name(), verifyVMKey(ctx, s, n)
@@ -59,6 +54,17 @@ func vmPhase(s *Session) step.Phase {
 			&proxmox.Reachable{N: n, Dial: dial, Record: newVM{s}, Timeout: s.WaitTimeout},
 		},
 	}
+}
+
+// gatherNode connects to the Proxmox node (locked, in a run that may
+// change it) and gathers the vm phase's facts.
+func gatherNode(ctx context.Context, s *Session, n *proxmox.Node) error {
+	h, err := s.Host(ctx, s.ProxmoxTarget())
+	if err != nil {
+		return err
+	}
+	n.Host = h
+	return n.Gather(ctx)
 }
 
 // verifyVMKey checks the running VM's host key before the phase changes

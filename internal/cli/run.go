@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/engine"
+	"github.com/mgmtctl/mgmtctl/internal/phase"
+	"github.com/mgmtctl/mgmtctl/internal/redact"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/runlog"
+	"github.com/mgmtctl/mgmtctl/internal/ui"
+)
+
+// run is what a command that may change things shares with the others
+// (apply, backup, restore, destroy): the loaded config, the redactor, the
+// session, and once opened the debug log and the SSH dialer writing to it.
+type run struct {
+	g   *global
+	o   *Options
+	l   *config.Loaded
+	x   *redact.Redactor
+	log *runlog.Log
+	s   *phase.Session
+}
+
+// newRun loads the config and makes the run's session; nothing is opened
+// yet, so a usage error found next leaves no debug log behind.
+func newRun(g *global, o *Options) (*run, error) {
+	l, x, err := g.loadForRun(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &phase.Session{Config: l, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	return &run{g: g, o: o, l: l, x: x, s: s}, nil
+}
+
+// open starts the debug log and gives the session its dialer.
+func (r *run) open() error {
+	log, err := runlog.Open(runlog.Dir(r.o.CacheDir), r.l.Cluster.Metadata.Name, r.x, r.o.Now())
+	if err != nil {
+		return err
+	}
+	r.log = log
+	r.s.Log = log.Logger
+	r.s.Dialer = &remote.Dialer{AgentSocket: r.o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: r.x, Retry: remote.Retry{Attempts: 4}}
+	return nil
+}
+
+// openRun is newRun then open, for the day-two commands.
+func openRun(g *global, o *Options) (*run, error) {
+	r, err := newRun(g, o)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.open()
+}
+
+func (r *run) close() {
+	r.s.Close()
+	r.log.Close()
+}
+
+// listeners are the debug log and the view of the run's events: text
+// (with diffs if asked) or JSON lines.
+func (r *run) listeners(diff bool) engine.Listener {
+	if r.g.output == "json" {
+		return engine.Listeners{r.log, ui.NewJSON(r.o.Out, r.x, diff)}
+	}
+	return engine.Listeners{r.log, ui.NewText(r.o.Out, ui.TextOptions{Diff: diff, Verbose: r.g.verbose, Terminal: r.o.Terminal, Redactor: r.x, LogPath: r.log.Path})}
+}
+
+// info is where a command's prose goes: stdout, or stderr beside JSON.
+func (r *run) info() io.Writer {
+	if r.g.output == "json" {
+		return r.o.Err
+	}
+	return r.o.Out
+}
+
+func (r *run) fail(err error) error {
+	fmt.Fprintf(r.o.Err, "error: %s\n%s", r.x.String(err.Error()), nextHint(err))
+	return reported{err}
+}
+
+// confirm asks for the cluster's name unless yes; a closed or wrong
+// answer is no.
+func (r *run) confirm(yes bool, what string) bool {
+	if yes {
+		return true
+	}
+	name := r.l.Cluster.Metadata.Name
+	fmt.Fprintf(r.o.Err, "Type the cluster's name (%s) to %s: ", name, what)
+	if answer := readLine(r.o.In); answer != name {
+		fmt.Fprintf(r.o.Err, "\nnot confirmed (got %q): nothing was removed or changed; --yes skips the question\n", answer)
+		return false
+	}
+	return true
+}
