@@ -141,8 +141,13 @@ func open(token string, sealed []byte) ([]byte, error) {
 	return gcm.Open(nil, sealed[:gcm.NonceSize()], sealed[gcm.NonceSize():], nil)
 }
 
-func etcdClient() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{"http://127.0.0.1:2379"}, DialTimeout: 10 * time.Second})
+// etcdClient reaches the etcd member at host (this server's by default).
+func etcdClient(host ...string) (*clientv3.Client, error) {
+	h := "127.0.0.1"
+	if len(host) > 0 {
+		h = host[0]
+	}
+	return clientv3.New(clientv3.Config{Endpoints: []string{"http://" + h + ":2379"}, DialTimeout: 10 * time.Second})
 }
 
 // loadBootstrap brings the datastore's bootstrap data to disk: the
@@ -407,7 +412,7 @@ func joinCluster(ctx context.Context, serverURL, token string, given bool, me me
 	if err != nil || u.Hostname() == "" {
 		return "", fmt.Errorf("invalid server url %q", serverURL)
 	}
-	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + u.Hostname() + ":2379"}, DialTimeout: 10 * time.Second})
+	cl, err := etcdClient(u.Hostname())
 	if err != nil {
 		return "", err
 	}

@@ -32,8 +32,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"sigs.k8s.io/yaml"
@@ -633,22 +631,10 @@ func heartbeat(ctx context.Context, cs *kubernetes.Clientset, name string) {
 // (kube-system/k3s-lab-controllers), until ctx ends; a lost lease stops
 // run, and the server stands for election again.
 func lead(ctx context.Context, cs *kubernetes.Clientset, id string, log io.Writer, run func(context.Context)) {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: "k3s-lab-controllers", Namespace: "kube-system"},
-		Client:     cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
-	for ctx.Err() == nil {
-		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-			ReleaseOnCancel: true,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(ctx context.Context) {
-					logf(log, "%s leads helm-controller and the operator", id)
-					run(ctx)
-				},
-				OnStoppedLeading: func() {},
-			},
-		})
-	}
+	simkube.Lead(ctx, cs, simkube.Election{Namespace: "kube-system", Name: "k3s-lab-controllers", Identity: id,
+		Lease: 15 * time.Second, Renew: 10 * time.Second, Retry: 2 * time.Second},
+		func(ctx context.Context) {
+			logf(log, "%s leads helm-controller and the operator", id)
+			run(ctx)
+		}, func() {})
 }

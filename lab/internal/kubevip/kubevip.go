@@ -23,8 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
 // Config is what a kube-vip pod reads from its environment.
@@ -129,6 +129,7 @@ func (n *Node) Run(ctx context.Context) {
 		}
 		w, err := n.CS.AppsV1().DaemonSets("kube-system").Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 		if err != nil {
+			time.Sleep(time.Second) // as after a failed list: no relist loop at full speed
 			continue
 		}
 		for ev := range w.ResultChan() {
@@ -151,34 +152,24 @@ func (n *Node) elect(ctx context.Context, cfg Config) {
 		iface = "eth0"
 	}
 	cidr := cfg.Address + "/32"
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: cfg.LeaseName, Namespace: cfg.Namespace},
-		Client:     n.CS.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: n.Name},
-	}
-	for ctx.Err() == nil {
-		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-			Lock: lock, LeaseDuration: cfg.Lease, RenewDeadline: cfg.Renew, RetryPeriod: cfg.Retry, ReleaseOnCancel: true,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(ctx context.Context) {
-					if err := n.IP("addr", "replace", cidr, "dev", iface); err != nil {
-						n.logf("add %s to %s: %v", cidr, iface, err)
-						return
-					}
-					n.logf("Node %s is assuming leadership of the cluster, %s on %s", n.Name, cfg.Address, iface)
-					if n.Announce != nil {
-						if err := n.Announce(iface, cfg.Address); err != nil {
-							n.logf("gratuitous ARP for %s: %v", cfg.Address, err)
-						}
-					}
-				},
-				OnStoppedLeading: func() {
-					_ = n.IP("addr", "del", cidr, "dev", iface)
-					n.logf("Node %s lost leadership, %s removed", n.Name, cfg.Address)
-				},
-			},
+	simkube.Lead(ctx, n.CS, simkube.Election{Namespace: cfg.Namespace, Name: cfg.LeaseName, Identity: n.Name,
+		Lease: cfg.Lease, Renew: cfg.Renew, Retry: cfg.Retry},
+		func(ctx context.Context) {
+			if err := n.IP("addr", "replace", cidr, "dev", iface); err != nil {
+				n.logf("add %s to %s: %v", cidr, iface, err)
+				return
+			}
+			n.logf("Node %s is assuming leadership of the cluster, %s on %s", n.Name, cfg.Address, iface)
+			if n.Announce != nil {
+				if err := n.Announce(iface, cfg.Address); err != nil {
+					n.logf("gratuitous ARP for %s: %v", cfg.Address, err)
+				}
+			}
+		},
+		func() {
+			_ = n.IP("addr", "del", cidr, "dev", iface)
+			n.logf("Node %s lost leadership, %s removed", n.Name, cfg.Address)
 		})
-	}
 	_ = n.IP("addr", "del", cidr, "dev", iface)
 }
 

@@ -320,7 +320,8 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 	for _, n := range MirrorNames {
 		hosts[n] = MirrorAddr
 	}
-	for _, n := range d.l.Nodes() {
+	nodes := d.l.Nodes()
+	for _, n := range nodes {
 		hosts[n.Name] = n.Addr
 	}
 	return &host.Spec{
@@ -331,7 +332,7 @@ func (d *daemon) vmSpec(vmid int, conf map[string]string) (*host.Spec, error) {
 		CACert:   d.caPEM(),
 		Files: map[string]host.File{
 			"/etc/resolv.conf":     {Content: resolv, Mode: 0o644},
-			"/etc/labsim/lab.json": {Content: fmt.Sprintf("{\"dir\":%q,\"node\":%q}\n", d.l.Dir, d.l.Nodes()[0].Name), Mode: 0o644},
+			"/etc/labsim/lab.json": {Content: fmt.Sprintf("{\"dir\":%q,\"node\":%q}\n", d.l.Dir, nodes[0].Name), Mode: 0o644},
 		},
 		Links: map[string]string{
 			"/usr/local/bin/cloud-init": host.SimBinary, "/usr/local/bin/apt-get": host.SimBinary,

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
 // Trigger coalesces "something changed" signals for a level-triggered
@@ -270,4 +272,27 @@ func Fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 		return nil, &StatusError{Status: resp.Status}
 	}
 	return io.ReadAll(resp.Body)
+}
+
+// Election is a Lease the lab's simulated controllers elect a leader by,
+// with client-go's leaderelection as the real ones do.
+type Election struct {
+	Namespace, Name, Identity string
+	Lease, Renew, Retry       time.Duration
+}
+
+// Lead runs onStart while the identity holds the lease and onStop when it
+// loses it, standing again until ctx ends; the lease is released then.
+func Lead(ctx context.Context, cs kubernetes.Interface, e Election, onStart func(context.Context), onStop func()) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
+	}
+	for ctx.Err() == nil {
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: e.Lease, RenewDeadline: e.Renew, RetryPeriod: e.Retry, ReleaseOnCancel: true,
+			Callbacks: leaderelection.LeaderCallbacks{OnStartedLeading: onStart, OnStoppedLeading: onStop},
+		})
+	}
 }
