@@ -370,6 +370,13 @@ func testEtcd(t *testing.T, l *labtest.Lab, vm func(string) labtest.Result, kc s
 	if r := vm(reset + " --token=K10other::server:wrong"); r.Code != 1 || !strings.Contains(r.Stderr, "bootstrap data already found and encrypted with different token") {
 		t.Errorf("restore with another token: %+v", r)
 	}
+	// k3s moves the data it replaces to db/etcd-old-<unix seconds>, so a
+	// second reset in the same second would find that name taken ("file
+	// exists"), as upstream's would. The failed attempt's moved-aside data
+	// is cleared here as an operator would, which also shows it was kept.
+	if r := vm("sudo sh -c 'ls -d /var/lib/rancher/k3s/server/db/etcd-old-* && rm -rf /var/lib/rancher/k3s/server/db/etcd-old-*'"); r.Code != 0 {
+		t.Errorf("the data the failed reset replaced: %+v", r)
+	}
 	r = vm(reset + " --token=" + token + " && sudo test -e /var/lib/rancher/k3s/server/db/reset-flag && sudo systemctl start k3s")
 	if r.Code != 0 || !strings.Contains(r.Stderr, "Managed etcd cluster membership has been reset, restart without --cluster-reset flag now.") {
 		t.Fatalf("restore: %+v", r)
