@@ -131,8 +131,8 @@ func TestConfigDocsMatchSchema(t *testing.T) {
 		switch {
 		case section == "Top":
 			p = field
-		case section == "spec.providers":
-			p = "spec.providers[]." + field
+		case section == "spec.providers", section == "spec.servers":
+			p = section + "[]." + field
 		case strings.HasPrefix(section, "spec."):
 			if strings.Contains(field, ".") {
 				p = "spec." + field

@@ -408,3 +408,66 @@ func TestK3sReleaseOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestServers(t *testing.T) {
+	env := testEnv(t)
+	l, err := Load(writeConfig(t, readTestdata(t, "ha.yaml")), "", env)
+	if err != nil {
+		t.Fatalf("valid config rejected:\n%v", err)
+	}
+	var names []string
+	for _, s := range l.Servers() {
+		names = append(names, s.Name+"@"+s.Node+"="+s.Net.Addr().String())
+	}
+	if got := strings.Join(names, " "); got != "lab-mgmt@pve1=192.0.2.50 lab-mgmt-2@pve2=192.0.2.51 lab-mgmt-3@pve3=192.0.2.52" {
+		t.Errorf("servers: %s", got)
+	}
+	if !l.HA() || l.APIAddr() != netip.MustParseAddr("192.0.2.60") || l.Cluster.Spec.Proxmox.APIURL != "https://192.0.2.10:8006" {
+		t.Errorf("HA %v, API %v, Proxmox API %s", l.HA(), l.APIAddr(), l.Cluster.Spec.Proxmox.APIURL)
+	}
+	v := l.Cluster.Spec.VIP
+	if v.Interface != "eth0" || v.Image != DefaultKubeVIPImage || v.Version != DefaultKubeVIPVersion {
+		t.Errorf("vip defaults: %+v", v)
+	}
+
+	// The single-server form is one server, named after the cluster.
+	one, err := Load(writeConfig(t, readTestdata(t, "minimal.yaml")), "", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := one.Servers(); len(s) != 1 || s[0].Name != "lab-mgmt" || s[0].Node != "pve" || s[0].ID != 110 || one.HA() || one.APIAddr() != netip.MustParseAddr("192.0.2.50") {
+		t.Errorf("single server: %+v", s)
+	}
+}
+
+func TestBadServers(t *testing.T) {
+	cases := []struct {
+		name, old, new, want string
+	}{
+		{"two servers", "    - {node: pve3, host: 192.0.2.12, id: 112, address: 192.0.2.52/24}\n", "", `spec.servers: must list an odd number of servers, at most 7`},
+		{"two on one node", "node: pve2", "node: pve1", `:12: spec.servers[1].node: is already spec.servers[0].node; each server needs its own Proxmox node`},
+		{"same VMID", "id: 111", "id: 110", `:12: spec.servers[1].id: is already spec.servers[0].id; each server needs its own VMID (VMIDs are cluster-wide in Proxmox)`},
+		{"same address", "192.0.2.52/24", "192.0.2.50/24", `:13: spec.servers[2].address: is already spec.servers[0].address`},
+		{"other subnet", "192.0.2.52/24", "198.51.100.52/24", `:13: spec.servers[2].address: must be in the first server's subnet 192.0.2.0/24`},
+		{"no VIP", "  vip:\n    address: 192.0.2.60\n", "", `spec.vip.address: is required with more than one server`},
+		{"VIP is a server's", "address: 192.0.2.60", "address: 192.0.2.51", `spec.vip.address: is spec.servers[1].address's address`},
+		{"VIP outside", "address: 192.0.2.60", "address: 198.51.100.60", `spec.vip.address: must be a host address in the servers' subnet 192.0.2.0/24`},
+		{"VIP with prefix", "address: 192.0.2.60", "address: 192.0.2.60/24", `spec.vip.address: must be an IPv4 address without a prefix length`},
+		{"vm.id beside servers", "    gateway: 192.0.2.1\n", "    gateway: 192.0.2.1\n    id: 110\n", `spec.vm.id: is set per server when spec.servers is given (spec.servers[*].id); remove it`},
+		{"proxmox.host beside servers", "    tokenID: capmox@pve!capi\n", "    tokenID: capmox@pve!capi\n    host: 192.0.2.10\n", `spec.proxmox.host: is set per server when spec.servers is given`},
+		{"gateway outside", "gateway: 192.0.2.1", "gateway: 198.51.100.1", `spec.vm.gateway: must be inside the VM's subnet 192.0.2.0/24`},
+		{"bad VIP version", "    address: 192.0.2.60\n", "    address: 192.0.2.60\n    version: latest\n", `spec.vip.version: must be a kube-vip release tag like v1.2.3 (got "latest")`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			body := readTestdata(t, "ha.yaml")
+			if !strings.Contains(body, c.old) {
+				t.Fatalf("ha.yaml lacks %q", c.old)
+			}
+			_, err := Load(writeConfig(t, strings.Replace(body, c.old, c.new, 1)), "", testEnv(t))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v\nwant %s", err, c.want)
+			}
+		})
+	}
+}

@@ -19,6 +19,11 @@ const (
 	DefaultCAPMOXVersion    = "v0.9.1"
 	DefaultIPAMVersion      = "v1.1.1"
 	DefaultTokenTTL         = "168h"
+	DefaultKubeVIPImage     = "ghcr.io/kube-vip/kube-vip"
+	DefaultKubeVIPVersion   = "v1.2.3"
+	// DefaultVIPInterface is eth0: Proxmox's cloud-init network config
+	// names the VM's first NIC so, whatever the kernel called it.
+	DefaultVIPInterface = "eth0"
 )
 
 // knownProvider is a provider mgmtctl can install: its operator name and the
@@ -63,8 +68,12 @@ func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]
 	s := &c.Spec
 	p := &s.Proxmox
 	str(&p.User, "spec.proxmox.user", "root")
-	if !set("spec.proxmox.apiURL") && p.Host != "" {
-		host := p.Host
+	apiHost := p.Host
+	if apiHost == "" && len(s.Servers) > 0 {
+		apiHost = s.Servers[0].Host
+	}
+	if !set("spec.proxmox.apiURL") && apiHost != "" {
+		host := apiHost
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
 		}
@@ -88,6 +97,15 @@ func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]
 	if !set("spec.vm.nameservers") && v.Gateway != "" {
 		v.Nameservers = []string{v.Gateway}
 	}
+
+	for i := range s.Servers {
+		at := fmt.Sprintf("spec.servers[%d].", i)
+		str(&s.Servers[i].Name, at+"name", ServerName(c.Metadata.Name, i))
+		str(&s.Servers[i].Host, at+"host", s.Servers[i].Node)
+	}
+	str(&s.VIP.Interface, "spec.vip.interface", DefaultVIPInterface)
+	str(&s.VIP.Image, "spec.vip.image", DefaultKubeVIPImage)
+	str(&s.VIP.Version, "spec.vip.version", DefaultKubeVIPVersion)
 
 	str(&s.K3s.Version, "spec.k3s.version", DefaultK3sVersion)
 	str(&s.K3s.InstallScriptURL, "spec.k3s.installScriptURL", DefaultK3sInstallScript)
@@ -120,4 +138,14 @@ func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]
 	}
 	str(&s.Inspector.TokenTTL, "spec.inspector.tokenTTL", DefaultTokenTTL)
 	return defaults
+}
+
+// ServerName is the default name of the i-th server (from 0): the
+// cluster's name for the first, so a single server keeps its VM and node
+// name when the cluster grows, then name-2, name-3.
+func ServerName(cluster string, i int) string {
+	if i == 0 {
+		return cluster
+	}
+	return fmt.Sprintf("%s-%d", cluster, i+1)
 }

@@ -93,6 +93,10 @@ func Load(path, secretsPath string, env Env) (*Loaded, error) {
 func (l *Loaded) derive() {
 	s := &l.Cluster.Spec
 	s.VM.Net, _ = netip.ParsePrefix(s.VM.Address)
+	for i := range s.Servers {
+		s.Servers[i].Net, _ = netip.ParsePrefix(s.Servers[i].Address)
+	}
+	s.VIP.Addr, _ = netip.ParseAddr(s.VIP.Address)
 	s.Inspector.TTL, _ = time.ParseDuration(s.Inspector.TokenTTL)
 	s.K3s.Release, _ = ParseK3sRelease(s.K3s.Version)
 }
@@ -143,6 +147,30 @@ func (l *Loaded) RequireSecret() error {
 	}
 	return Errors{{File: l.SecretsPath, Path: "proxmox.tokenSecret",
 		Msg: fmt.Sprintf("is required for the capi phase: write it to %s (mode 0600) or set %s", l.SecretsPath, SecretEnv)}}
+}
+
+// Servers is the cluster's k3s servers, the first one the cluster was
+// initialised on: spec.servers, or the single server of spec.proxmox and
+// spec.vm when it is not given.
+func (l *Loaded) Servers() []Server {
+	s := l.Cluster.Spec
+	if len(s.Servers) > 0 {
+		return s.Servers
+	}
+	return []Server{{Name: l.Cluster.Metadata.Name, Node: s.Proxmox.Node, Host: s.Proxmox.Host,
+		ID: s.VM.ID, Address: s.VM.Address, Net: s.VM.Net}}
+}
+
+// HA says the cluster has more than one server.
+func (l *Loaded) HA() bool { return len(l.Cluster.Spec.Servers) > 1 }
+
+// APIAddr is the address the laptop, the kubeconfigs and CAPMOX reach the
+// cluster's API at: the VIP when there is one, else the server's address.
+func (l *Loaded) APIAddr() netip.Addr {
+	if a := l.Cluster.Spec.VIP.Addr; a.IsValid() {
+		return a
+	}
+	return l.Servers()[0].Net.Addr()
 }
 
 // KubeconfigPath is the admin kubeconfig's path on the laptop.

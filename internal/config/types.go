@@ -33,6 +33,8 @@ type Spec struct {
 	Proxmox            Proxmox    `yaml:"proxmox"`
 	Image              Image      `yaml:"image"`
 	VM                 VM         `yaml:"vm"`
+	Servers            []Server   `yaml:"servers"`
+	VIP                VIP        `yaml:"vip"`
 	K3s                K3s        `yaml:"k3s"`
 	CertManager        Chart      `yaml:"certManager"`
 	ClusterAPIOperator Chart      `yaml:"clusterAPIOperator"`
@@ -76,6 +78,34 @@ type VM struct {
 	// Net is Address parsed (the VM's IP and its prefix length), set by
 	// Load once the file is valid; code uses it, not Address.
 	Net netip.Prefix `yaml:"-"`
+}
+
+// Server is one k3s server's VM of a highly available cluster: the
+// Proxmox node it runs on (reached over SSH at Host), its VMID and its
+// address. Every other VM setting is spec.vm's, shared by all servers.
+type Server struct {
+	Name    string `yaml:"name"`
+	Node    string `yaml:"node"`
+	Host    string `yaml:"host"`
+	ID      int    `yaml:"id"`
+	Address string `yaml:"address"`
+
+	// Net is Address parsed, set by Load once the file is valid.
+	Net netip.Prefix `yaml:"-"`
+}
+
+// VIP is the cluster's one API address: a virtual IP that kube-vip,
+// deployed as a k3s manifest, keeps on the server holding its lease and
+// announces by ARP. A cluster of servers needs one; a single server may
+// have one, so that it keeps its API address when it grows.
+type VIP struct {
+	Address   string `yaml:"address"`
+	Interface string `yaml:"interface"`
+	Image     string `yaml:"image"`
+	Version   string `yaml:"version"`
+
+	// Addr is Address parsed, set by Load once the file is valid.
+	Addr netip.Addr `yaml:"-"`
 }
 
 // K3s pins the Kubernetes distribution on the VM.

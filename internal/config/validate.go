@@ -52,6 +52,7 @@ var (
 	vSemver    = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 	semver     = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 	envName    = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	imageRef   = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+$`)
 	uuid       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 )
 
@@ -66,6 +67,9 @@ type validator struct {
 	fs Env
 	// defaults are the defaults of the fields that have one, by path.
 	defaults map[string]string
+	// firstServerAddress is spec.servers[0].address, for the gateway's
+	// subnet check.
+	firstServerAddress string
 }
 
 func (v *validator) cluster(c *ManagementCluster) {
@@ -77,9 +81,14 @@ func (v *validator) cluster(c *ManagementCluster) {
 	}
 	v.dnsLabel("metadata.name", c.Metadata.Name, true)
 	s := &c.Spec
-	v.proxmox(&s.Proxmox)
+	ha := len(s.Servers) > 0
+	v.proxmox(&s.Proxmox, ha)
 	v.image(&s.Image)
-	v.vm(&s.VM)
+	if ha {
+		v.servers(s)
+	}
+	v.vm(&s.VM, ha)
+	v.vip(s)
 	v.k3s(&s.K3s)
 	v.chart("spec.certManager", s.CertManager, vSemver, "a chart version with a leading v, like v1.21.2 (cert-manager's chart versions carry the v)")
 	v.chart("spec.clusterAPIOperator", s.ClusterAPIOperator, semver, "a chart version without a leading v, like 0.28.0 (the operator's chart versions carry no v)")
@@ -122,14 +131,25 @@ func (v *validator) dnsSubdomain(p, val string) {
 	}
 }
 
-func (v *validator) proxmox(p *Proxmox) {
-	if v.required("spec.proxmox.host", p.Host) {
-		v.hostPort("spec.proxmox.host", p.Host)
+// perServer is the reason a single server's field is refused when
+// spec.servers lists the servers.
+const perServer = "is set per server when spec.servers is given (spec.servers[*].%s); remove it"
+
+func (v *validator) proxmox(p *Proxmox, ha bool) {
+	switch {
+	case ha && p.Host != "":
+		v.add("spec.proxmox.host", p.Host, perServer, "host")
+	case ha && p.Node != "":
+		v.add("spec.proxmox.node", p.Node, perServer, "node")
+	case !ha:
+		if v.required("spec.proxmox.host", p.Host) {
+			v.hostPort("spec.proxmox.host", p.Host)
+		}
+		v.dnsLabel("spec.proxmox.node", p.Node, true)
 	}
 	if v.required("spec.proxmox.user", p.User) && !unixUser.MatchString(p.User) {
 		v.add("spec.proxmox.user", p.User, "must be a Unix user name")
 	}
-	v.dnsLabel("spec.proxmox.node", p.Node, true)
 	v.url("spec.proxmox.apiURL", p.APIURL, "https")
 	if v.required("spec.proxmox.tokenID", p.TokenID) && !tokenID.MatchString(p.TokenID) {
 		v.add("spec.proxmox.tokenID", p.TokenID, "must be a Proxmox API token ID of the form user@realm!tokenname")
@@ -226,10 +246,14 @@ func (v *validator) intRange(p string, val, lo, hi int, why string) {
 	}
 }
 
-func (v *validator) vm(m *VM) {
-	if m.ID == 0 {
+func (v *validator) vm(m *VM, ha bool) {
+	switch {
+	case ha && m.ID != 0:
+		v.add("spec.vm.id", fmt.Sprint(m.ID), perServer, "id")
+	case ha:
+	case m.ID == 0:
 		v.addNoValue("spec.vm.id", "is required (a free Proxmox VMID, %d or more)", MinVMID)
-	} else {
+	default:
 		v.intRange("spec.vm.id", m.ID, MinVMID, MaxVMID, "")
 	}
 	v.intRange("spec.vm.cores", m.Cores, MinCores, MaxCores, " (k3s with cert-manager, the operator and five providers needs 2 or more)")
@@ -243,21 +267,14 @@ func (v *validator) vm(m *VM) {
 	}
 
 	var prefix netip.Prefix
-	if v.required("spec.vm.address", m.Address) {
-		var err error
-		prefix, err = netip.ParsePrefix(m.Address)
-		switch {
-		case err != nil || !prefix.Addr().Is4():
-			v.add("spec.vm.address", m.Address, "must be an IPv4 address with its prefix length, like 192.0.2.50/24")
-			prefix = netip.Prefix{}
-		case prefix.Bits() < 8 || prefix.Bits() > 30:
-			v.add("spec.vm.address", m.Address, "prefix length must be from 8 to 30")
-			prefix = netip.Prefix{}
-		case prefix.Addr() == prefix.Masked().Addr():
-			v.add("spec.vm.address", m.Address, "is the network address of its subnet, not a host address")
-		case isBroadcast(prefix):
-			v.add("spec.vm.address", m.Address, "is the broadcast address of its subnet")
-		}
+	switch {
+	case ha && m.Address != "":
+		v.add("spec.vm.address", m.Address, perServer, "address")
+	case ha:
+		// The gateway is checked against the first server's subnet.
+		prefix, _ = netip.ParsePrefix(v.firstServerAddress)
+	default:
+		prefix = v.address("spec.vm.address", m.Address)
 	}
 	if v.required("spec.vm.gateway", m.Gateway) {
 		gw, err := netip.ParseAddr(m.Gateway)
@@ -266,7 +283,7 @@ func (v *validator) vm(m *VM) {
 			v.add("spec.vm.gateway", m.Gateway, "must be an IPv4 address")
 		case prefix.IsValid() && !prefix.Masked().Contains(gw):
 			v.add("spec.vm.gateway", m.Gateway, "must be inside the VM's subnet %s", prefix.Masked())
-		case prefix.IsValid() && gw == prefix.Addr():
+		case prefix.IsValid() && gw == prefix.Addr() && !ha:
 			v.add("spec.vm.gateway", m.Gateway, "must not be the VM's own address")
 		}
 	}
@@ -287,6 +304,129 @@ func (v *validator) vm(m *VM) {
 		}
 	}
 	v.publicKey("spec.vm.sshPublicKeyFile", m.SSHPublicKeyFile)
+}
+
+// address checks a VM's address (IPv4 with its prefix length, a host
+// address of its subnet) and returns it parsed, or the zero prefix.
+func (v *validator) address(p, val string) netip.Prefix {
+	if !v.required(p, val) {
+		return netip.Prefix{}
+	}
+	prefix, err := netip.ParsePrefix(val)
+	switch {
+	case err != nil || !prefix.Addr().Is4():
+		v.add(p, val, "must be an IPv4 address with its prefix length, like 192.0.2.50/24")
+		return netip.Prefix{}
+	case prefix.Bits() < 8 || prefix.Bits() > 30:
+		v.add(p, val, "prefix length must be from 8 to 30")
+		return netip.Prefix{}
+	case prefix.Addr() == prefix.Masked().Addr():
+		v.add(p, val, "is the network address of its subnet, not a host address")
+	case isBroadcast(prefix):
+		v.add(p, val, "is the broadcast address of its subnet")
+	}
+	return prefix
+}
+
+// MaxServers bounds spec.servers: etcd's own advice is 3 or 5 members,
+// and 7 at most.
+const MaxServers = 7
+
+// servers checks spec.servers: an odd count (etcd's quorum gains nothing
+// from an even one), each on its own Proxmox node (the point is to
+// survive a node), VMIDs (cluster-wide in Proxmox), addresses and names
+// unique, all in one subnet with the gateway.
+func (v *validator) servers(s *Spec) {
+	n := len(s.Servers)
+	if n%2 == 0 || n > MaxServers {
+		v.add("spec.servers", fmt.Sprint(n), "must list an odd number of servers, at most %d: etcd keeps quorum with a majority, so 1, 3 or 5 (an even count survives no more failures than one fewer)", MaxServers)
+	}
+	var first netip.Prefix
+	seen := map[string]string{}
+	unique := func(p, kind, val string) {
+		if val == "" {
+			return
+		}
+		if other, dup := seen[kind+"="+val]; dup {
+			v.add(p, val, "is already %s; each server needs its own%s", other, map[string]string{
+				"node": " Proxmox node, so losing one node loses one server", "id": " VMID (VMIDs are cluster-wide in Proxmox)"}[kind])
+			return
+		}
+		seen[kind+"="+val] = p
+	}
+	for i, srv := range s.Servers {
+		at := fmt.Sprintf("spec.servers[%d]", i)
+		v.dnsLabel(at+".name", srv.Name, true)
+		v.dnsLabel(at+".node", srv.Node, true)
+		if v.required(at+".host", srv.Host) {
+			v.hostPort(at+".host", srv.Host)
+		}
+		if srv.ID == 0 {
+			v.addNoValue(at+".id", "is required (a free Proxmox VMID, %d or more)", MinVMID)
+		} else {
+			v.intRange(at+".id", srv.ID, MinVMID, MaxVMID, "")
+		}
+		prefix := v.address(at+".address", srv.Address)
+		if i == 0 {
+			first = prefix
+			v.firstServerAddress = srv.Address
+		} else if prefix.IsValid() && first.IsValid() && prefix.Masked() != first.Masked() {
+			v.add(at+".address", srv.Address, "must be in the first server's subnet %s: the VIP moves between the servers by ARP", first.Masked())
+		}
+		unique(at+".name", "name", srv.Name)
+		unique(at+".node", "node", srv.Node)
+		unique(at+".id", "id", fmt.Sprint(srv.ID))
+		if prefix.IsValid() {
+			unique(at+".address", "address", prefix.Addr().String())
+		}
+	}
+	if n > 1 && s.VIP.Address == "" {
+		v.addNoValue("spec.vip.address", "is required with more than one server: the one API address the kubeconfigs and CAPMOX use, held by whichever server leads")
+	}
+}
+
+// vip checks spec.vip: an unused address in the servers' subnet, and
+// kube-vip's pinned image.
+func (v *validator) vip(s *Spec) {
+	if s.VIP.Address == "" {
+		return
+	}
+	addr, err := netip.ParseAddr(s.VIP.Address)
+	if err != nil || !addr.Is4() {
+		v.add("spec.vip.address", s.VIP.Address, "must be an IPv4 address without a prefix length, like 192.0.2.60")
+		return
+	}
+	addrs := map[string]string{}
+	if len(s.Servers) == 0 {
+		addrs["spec.vm.address"] = s.VM.Address
+	}
+	for i, srv := range s.Servers {
+		addrs[fmt.Sprintf("spec.servers[%d].address", i)] = srv.Address
+	}
+	for p, a := range addrs {
+		prefix, err := netip.ParsePrefix(a)
+		if err != nil {
+			continue
+		}
+		if prefix.Addr() == addr {
+			v.add("spec.vip.address", s.VIP.Address, "is %s's address; the VIP must be an unused address", p)
+		} else if !prefix.Masked().Contains(addr) || addr == prefix.Masked().Addr() || isBroadcast(netip.PrefixFrom(addr, prefix.Bits())) {
+			v.add("spec.vip.address", s.VIP.Address, "must be a host address in the servers' subnet %s", prefix.Masked())
+			break
+		}
+	}
+	if gw, err := netip.ParseAddr(s.VM.Gateway); err == nil && gw == addr {
+		v.add("spec.vip.address", s.VIP.Address, "is the gateway's address")
+	}
+	if v.required("spec.vip.interface", s.VIP.Interface) && !ifName.MatchString(s.VIP.Interface) {
+		v.add("spec.vip.interface", s.VIP.Interface, "must be a Linux interface name (at most 15 characters)")
+	}
+	if v.required("spec.vip.image", s.VIP.Image) && !imageRef.MatchString(s.VIP.Image) {
+		v.add("spec.vip.image", s.VIP.Image, "must be an image name without a tag, like %s", DefaultKubeVIPImage)
+	}
+	if v.required("spec.vip.version", s.VIP.Version) && !vSemver.MatchString(s.VIP.Version) {
+		v.add("spec.vip.version", s.VIP.Version, "must be a kube-vip release tag like %s", DefaultKubeVIPVersion)
+	}
 }
 
 func isBroadcast(p netip.Prefix) bool {

@@ -14,19 +14,29 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// RenderConfig is /etc/rancher/k3s/config.yaml: embedded etcd
-// (cluster-init), so the cluster can be backed up with `k3s etcd-snapshot`
-// and grow to more servers (a lone server's default datastore, SQLite,
-// has neither; k3s converts it to etcd on the restart this brings),
-// traefik disabled (the management cluster serves no ingress), the VM's
-// IP in the serving certificate so a kubeconfig pointing at it verifies,
-// and an admin kubeconfig readable by root only.
-func RenderConfig(vmIP string) []byte {
+// RenderConfig is /etc/rancher/k3s/config.yaml: embedded etcd, so the
+// cluster can be backed up with `k3s etcd-snapshot` and grow to more
+// servers (a lone server's default datastore, SQLite, has neither; k3s
+// converts it to etcd on the restart this brings): cluster-init on the
+// server the cluster was initialised on, the cluster's URL and the token
+// file on the servers that join it; traefik disabled (the management
+// cluster serves no ingress); the VM's IP and the VIP in the serving
+// certificate so a kubeconfig pointing at either verifies; and an admin
+// kubeconfig readable by root only. The token itself is never in this
+// file, so its diff shows no secret.
+func RenderConfig(s Spec) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Managed by mgmtctl: changes are overwritten on the next apply.\n")
-	b.WriteString("cluster-init: true\n")
+	if s.Join == "" {
+		b.WriteString("cluster-init: true\n")
+	} else {
+		fmt.Fprintf(&b, "server: %q\ntoken-file: %s\n", s.Join, TokenPath)
+	}
 	b.WriteString("disable:\n  - traefik\n")
-	fmt.Fprintf(&b, "tls-san:\n  - %q\n", vmIP)
+	fmt.Fprintf(&b, "tls-san:\n  - %q\n", s.IP)
+	if s.VIP.IsValid() {
+		fmt.Fprintf(&b, "  - %q\n", s.VIP)
+	}
 	b.WriteString("write-kubeconfig-mode: \"0600\"\n")
 	return b.Bytes()
 }

@@ -23,12 +23,18 @@ const (
 	RestartID      = "restart-k3s"
 )
 
-// Spec is what the k3s phase needs of mgmt.yaml.
+// Spec is what the k3s phase needs of mgmt.yaml for one server.
 type Spec struct {
 	Name             string            // the VM's and the node's name
 	IP               netip.Addr        // the VM's address: k3s's tls-san
 	Version          config.K3sRelease // the pinned release
 	InstallScriptURL string
+	// VIP is the cluster's API address when it has one (kube-vip's): in
+	// tls-san too, so a kubeconfig pointing at it verifies.
+	VIP netip.Addr
+	// Join is the URL of the cluster this server joins with the cluster
+	// token; empty for the server the cluster was initialised on.
+	Join string
 }
 
 // VM is the k3s phase's view of the VM, shared by its steps.
@@ -49,7 +55,7 @@ func (v *VM) ro() remote.Host { return remote.ReadOnly(v.Host) }
 
 // config is config.yaml as it should be on this VM: what the config step
 // writes and the restart step compares.
-func (v *VM) config() []byte { return RenderConfig(v.Spec.IP.String()) }
+func (v *VM) config() []byte { return RenderConfig(v.Spec) }
 
 // Gather reads the installed k3s version.
 func (v *VM) Gather(ctx context.Context) error {

@@ -2,7 +2,9 @@ package k3s
 
 import (
 	"flag"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -23,15 +25,35 @@ func TestParseVersion(t *testing.T) {
 }
 
 func TestRenderConfigGolden(t *testing.T) {
-	got := RenderConfig("192.0.2.50")
-	if *update {
-		os.WriteFile("testdata/config.yaml", got, 0o644)
+	vip := netip.MustParseAddr("192.0.2.60")
+	for _, c := range []struct {
+		golden string
+		spec   Spec
+	}{
+		{"config.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50")}},
+		{"config-first.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50"), VIP: vip}},
+		{"config-join.yaml", Spec{IP: netip.MustParseAddr("192.0.2.51"), VIP: vip, Join: "https://192.0.2.60:6443"}},
+	} {
+		golden(t, c.golden, RenderConfig(c.spec))
 	}
-	want, err := os.ReadFile("testdata/config.yaml")
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	if *update {
+		os.WriteFile(p, got, 0o644)
+	}
+	want, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(got) != string(want) {
-		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+		t.Errorf("%s: got:\n%s\nwant:\n%s", name, got, want)
 	}
+}
+
+func TestKubeVIPManifestGolden(t *testing.T) {
+	golden(t, "kube-vip.yaml", KubeVIPManifest(KubeVIPSpec{Address: netip.MustParseAddr("192.0.2.60"), Interface: "eth0",
+		Image: "ghcr.io/kube-vip/kube-vip", Version: "v1.2.3"}))
 }

@@ -61,7 +61,7 @@ func Restore(s *Session, b backup.Backup, snapshot, token []byte) []step.Phase {
 
 func dialFor(s *Session, vm *backup.VM) func(ctx context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		h, err := s.DialVM(ctx, false, false, nil)
+		h, err := s.DialVM(ctx, s.Config.Servers()[0], false, false, nil)
 		if err != nil {
 			return vm.Name, err
 		}

@@ -18,18 +18,35 @@ func (s *Session) InspectorKubeconfigPath() string {
 // VM that is not mgmtctl's fails the phase before any laptop file is
 // touched. The cloud image and the Proxmox API token stay.
 func Destroy(s *Session) step.Phase {
-	n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster)}
+	servers := s.Config.Servers()
+	nodes := make([]*proxmox.Node, len(servers))
+	var steps, laptopSteps []step.Step
+	for i, srv := range servers {
+		nodes[i] = &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
+		steps = append(steps, &proxmox.DestroyVM{N: nodes[i]})
+		laptopSteps = append(laptopSteps,
+			&laptop.ForgetHostKey{StepID: "vm-host-key", File: s.VMKnownHosts(), Addr: s.VMTarget(srv).Addr},
+			&laptop.RemoveFile{StepID: "new-vm-record", Path: s.newVMMarker(srv), What: "mgmtctl's record of the VM it created"})
+	}
+	steps = append(steps,
+		&laptop.RemoveFile{StepID: "admin-kubeconfig", Path: s.Config.KubeconfigPath(), What: "the admin kubeconfig"},
+		&laptop.RemoveFile{StepID: "inspector-kubeconfig", Path: s.InspectorKubeconfigPath(), What: "the inspector kubeconfig"})
 	return step.Phase{
 		Tag: step.TagDestroy,
 		Prepare: func(ctx context.Context) (string, error) {
-			return n.Name(), gatherNode(ctx, s, n)
+			// Every VM is looked at before any goes: one that is not
+			// mgmtctl's fails the phase before anything is removed.
+			for i, srv := range servers {
+				n := nodes[i]
+				if err := gatherNode(ctx, s, srv, n); err != nil {
+					return n.Name(), err
+				}
+				if f := n.Facts; f.VMExists && !n.Ours() {
+					return n.Name(), &proxmox.ForeignVMError{VMID: n.Spec.VMID, Node: n.Name(), Name: f.Config["name"], Tags: f.Config["tags"]}
+				}
+			}
+			return nodes[0].Name(), nil
 		},
-		Steps: []step.Step{
-			&proxmox.DestroyVM{N: n},
-			&laptop.RemoveFile{StepID: "admin-kubeconfig", Path: s.Config.KubeconfigPath(), What: "the admin kubeconfig"},
-			&laptop.RemoveFile{StepID: "inspector-kubeconfig", Path: s.InspectorKubeconfigPath(), What: "the inspector kubeconfig"},
-			&laptop.ForgetHostKey{StepID: "vm-host-key", File: s.VMKnownHosts(), Addr: s.VMTarget().Addr},
-			&laptop.RemoveFile{StepID: "new-vm-record", Path: s.newVMMarker(), What: "mgmtctl's record of the VM it created"},
-		},
+		Steps: append(steps, laptopSteps...),
 	}
 }

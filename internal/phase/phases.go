@@ -5,12 +5,16 @@ import (
 	"errors"
 	"io/fs"
 	"net/netip"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mgmtctl/mgmtctl/internal/addons"
 	"github.com/mgmtctl/mgmtctl/internal/capi"
+	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/inspector"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
@@ -33,33 +37,48 @@ func Build(s *Session) []step.Phase {
 	}
 }
 
+// vmPhase creates and starts every server's VM, each on its node, then
+// waits for them all: the VMs boot side by side.
 func vmPhase(s *Session) step.Phase {
-	n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster)}
-	dial := func(ctx context.Context, wait bool) (remote.Host, error) {
-		return s.DialVM(ctx, n.Created, wait, func(msg string) { step.Progress(ctx, msg) })
+	var nodes []*proxmox.Node
+	var steps, waits []step.Step
+	for _, srv := range s.Config.Servers() {
+		n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
+		nodes = append(nodes, n)
+		dial := func(ctx context.Context, wait bool) (remote.Host, error) {
+			return s.DialVM(ctx, srv, n.Created, wait, func(msg string) { step.Progress(ctx, msg) })
+		}
+		steps = append(steps,
+			&proxmox.Image{N: n},
+			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, BeforeCreate: func() error { return s.MarkNewVM(srv) }},
+			&proxmox.GrowDisk{N: n},
+			&proxmox.StartVM{N: n})
+		waits = append(waits, &proxmox.Reachable{N: n, Dial: dial, Record: newVM{s, srv}, Timeout: s.WaitTimeout})
 	}
 	return step.Phase{
 		Tag: step.TagVM,
 		Prepare: func(ctx context.Context) (string, error) {
-			if err := gatherNode(ctx, s, n); err != nil {
-				return n.Name(), err
+			var names []string
+			for i, srv := range s.Config.Servers() {
+				n := nodes[i]
+				names = append(names, n.Name())
+				if err := gatherNode(ctx, s, srv, n); err != nil {
+					return n.Name(), err
+				}
+				if err := verifyVMKey(ctx, s, srv, n); err != nil {
+					return n.Name(), err
+				}
 			}
-			return n.Name(), verifyVMKey(ctx, s, n)
+			return strings.Join(names, ","), nil
 		},
-		Steps: []step.Step{
-			&proxmox.Image{N: n},
-			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, BeforeCreate: s.MarkNewVM},
-			&proxmox.GrowDisk{N: n},
-			&proxmox.StartVM{N: n},
-			&proxmox.Reachable{N: n, Dial: dial, Record: newVM{s}, Timeout: s.WaitTimeout},
-		},
+		Steps: append(steps, waits...),
 	}
 }
 
-// gatherNode connects to the Proxmox node (locked, in a run that may
+// gatherNode connects to srv's Proxmox node (locked, in a run that may
 // change it) and gathers the vm phase's facts.
-func gatherNode(ctx context.Context, s *Session, n *proxmox.Node) error {
-	h, err := s.Host(ctx, s.ProxmoxTarget())
+func gatherNode(ctx context.Context, s *Session, srv config.Server, n *proxmox.Node) error {
+	h, err := s.Host(ctx, s.ProxmoxTarget(srv))
 	if err != nil {
 		return err
 	}
@@ -71,49 +90,74 @@ func gatherNode(ctx context.Context, s *Session, n *proxmox.Node) error {
 // anything: a changed key found only at wait-ssh would come after an image
 // download or a disk resize. A VM that does not answer yet is wait-ssh's
 // business; one mgmtctl has not reached yet has no key to check.
-func verifyVMKey(ctx context.Context, s *Session, n *proxmox.Node) error {
-	if !n.Facts.Running || !n.Ours() || s.VMNeverReached() {
+func verifyVMKey(ctx context.Context, s *Session, srv config.Server, n *proxmox.Node) error {
+	if !n.Facts.Running || !n.Ours() || s.VMNeverReached(srv) {
 		return nil
 	}
-	_, err := s.DialVM(ctx, false, false, nil)
+	_, err := s.DialVM(ctx, srv, false, false, nil)
 	if err != nil && remote.IsUnreachable(err) && !isHostKeyErr(err) {
 		return nil
 	}
 	return err
 }
 
+// k3sPhase converges the servers one at a time, each waited for (its node
+// Ready) before the next is touched: the first initialises the cluster,
+// and with a VIP its API address is up before the others join there.
 func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 	c := &s.Config.Cluster
-	v := &k3s.VM{Spec: k3sSpec(c)}
-	ready := &k3s.NodeReady{V: v, API: a.api, Timeout: s.WaitTimeout}
-	check := &k3s.HostKeyCheck{Name: c.Spec.Proxmox.Node, VMID: c.Spec.VM.ID, Pinned: s.VMHostKey}
+	servers := s.Config.Servers()
+	vms := make([]*k3s.VM, len(servers))
+	checks := make([]*k3s.HostKeyCheck, len(servers))
+	var steps []step.Step
+	for i, srv := range servers {
+		v := &k3s.VM{Spec: k3sSpec(s.Config, i)}
+		vms[i] = v
+		ready := &k3s.NodeReady{V: v, API: a.api, Timeout: s.WaitTimeout}
+		checks[i] = &k3s.HostKeyCheck{Name: srv.Node, VMID: srv.ID, Pinned: func() ssh.PublicKey { return s.VMHostKey(srv) }}
+		steps = append(steps, &k3s.GuestAgent{V: v}, checks[i])
+		if i > 0 {
+			steps = append(steps, &k3s.ClusterToken{V: v, First: vms[0], Redact: s.Redact})
+		}
+		if c.Spec.VIP.Addr.IsValid() {
+			steps = append(steps, &k3s.KubeVIP{V: v, Manifest: k3s.KubeVIPManifest(kubeVIPSpec(c))})
+		}
+		steps = append(steps, &k3s.Config{V: v}, &k3s.Install{V: v}, &k3s.Restart{NodeReady: ready}, ready)
+		if i == 0 && c.Spec.VIP.Addr.IsValid() {
+			steps = append(steps, &k3s.APIAddress{V: v, Addr: c.Spec.VIP.Addr, API: a.api, Timeout: s.WaitTimeout})
+		}
+	}
 	return step.Phase{
 		Tag: step.TagK3s,
 		Prepare: func(ctx context.Context) (string, error) {
-			pve, err := s.Host(ctx, s.ProxmoxTarget())
-			if err != nil {
-				return c.Spec.Proxmox.Node, err
-			}
-			check.Node = pve
-			h, err := s.DialVM(ctx, false, false, nil)
-			if err != nil {
-				if s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err) {
-					// A check run before the VM exists: every step is pending.
-					return v.Name(), v.Gather(ctx)
+			var names []string
+			for i, srv := range servers {
+				v := vms[i]
+				names = append(names, v.Name())
+				pve, err := s.Host(ctx, s.ProxmoxTarget(srv))
+				if err != nil {
+					return srv.Node, err
 				}
-				return v.Name(), err
+				checks[i].Node = pve
+				h, err := s.DialVM(ctx, srv, false, false, nil)
+				if err != nil {
+					if s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err) {
+						// A check run before the VM exists: every step is pending.
+						if err := v.Gather(ctx); err != nil {
+							return v.Name(), err
+						}
+						continue
+					}
+					return v.Name(), err
+				}
+				v.Host = h
+				if err := v.Gather(ctx); err != nil {
+					return v.Name(), err
+				}
 			}
-			v.Host = h
-			return v.Name(), v.Gather(ctx)
+			return strings.Join(names, ","), nil
 		},
-		Steps: []step.Step{
-			&k3s.GuestAgent{V: v},
-			check,
-			&k3s.Config{V: v},
-			&k3s.Install{V: v},
-			&k3s.Restart{NodeReady: ready},
-			ready,
-		},
+		Steps: steps,
 	}
 }
 
@@ -135,7 +179,7 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.done {
 		return nil
 	}
-	h, err := a.s.DialVM(ctx, false, false, nil)
+	h, err := a.dial(ctx)
 	if err != nil {
 		if a.s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err) {
 			a.done = true
@@ -162,6 +206,39 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	return nil
 }
 
+// dial reaches the first server whose VM answers and has k3s's
+// kubeconfig: with several servers, the cluster stays reachable while one
+// is down. A host key error is never passed over.
+func (a *clusterAccess) dial(ctx context.Context) (remote.Host, error) {
+	var first error
+	for _, srv := range a.s.Config.Servers() {
+		h, err := a.s.DialVM(ctx, srv, false, false, nil)
+		if err == nil {
+			if _, err = remote.ReadOnly(h).ReadFile(ctx, k3s.KubeconfigPath, true); err == nil {
+				return h, nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		if isHostKeyErr(err) || !remote.IsUnreachable(err) {
+			return nil, err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if errors.Is(first, fs.ErrNotExist) {
+		// The first server answers but k3s has not run: connect says so.
+		return a.s.DialVM(ctx, a.s.Config.Servers()[0], false, false, nil)
+	}
+	return nil, first
+}
+
 // api is the cluster once connected: nil in check mode while the VM or
 // its kubeconfig does not exist yet.
 func (a *clusterAccess) api(ctx context.Context) (*kube.Cluster, error) {
@@ -178,7 +255,7 @@ func (a *clusterAccess) connectVM(ctx context.Context) error {
 		return err
 	}
 	if a.vm == nil && !a.s.ReadOnly {
-		h, err := a.s.DialVM(ctx, false, false, nil)
+		h, err := a.dial(ctx)
 		if err != nil {
 			return err
 		}
@@ -232,8 +309,10 @@ func capiPhase(s *Session, a *clusterAccess) step.Phase {
 	}
 }
 
+// server is the API's URL for the laptop's kubeconfigs: the VIP when
+// there is one.
 func (a *clusterAccess) server() string {
-	return "https://" + netip.AddrPortFrom(a.s.Config.Cluster.Spec.VM.Net.Addr(), 6443).String()
+	return "https://" + netip.AddrPortFrom(a.s.Config.APIAddr(), 6443).String()
 }
 
 func kubeconfigPhase(s *Session, a *clusterAccess) step.Phase {

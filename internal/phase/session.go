@@ -40,7 +40,9 @@ type Session struct {
 	// AcceptNewHostKey lets the VM's host key be learned although this run
 	// did not create the VM (--accept-new-host-key).
 	AcceptNewHostKey bool
-	forgotVMKey      bool
+	// forgotVMKey records, by address, the VMs whose stale host key this
+	// run already dropped.
+	forgotVMKey map[string]bool
 	// WaitTimeout bounds every wait (the VM answering SSH, the node
 	// Ready, a chart usable, the provider API, a provider Ready); zero
 	// keeps each wait's default.
@@ -58,13 +60,12 @@ type hostConn struct {
 	release func()
 }
 
-// ProxmoxTarget is the Proxmox node as an SSH target.
-func (s *Session) ProxmoxTarget() remote.Target {
-	p := s.Config.Cluster.Spec.Proxmox
+// ProxmoxTarget is the Proxmox node of srv as an SSH target.
+func (s *Session) ProxmoxTarget(srv config.Server) remote.Target {
 	return remote.Target{
-		Name:       p.Node,
-		Addr:       withPort(p.Host),
-		User:       p.User,
+		Name:       srv.Node,
+		Addr:       withPort(srv.Host),
+		User:       s.Config.Cluster.Spec.Proxmox.User,
 		KnownHosts: []string{s.Config.Env.Expand("~/.ssh/known_hosts")},
 		Identities: s.identities(),
 	}
@@ -134,12 +135,12 @@ func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, t remote.Targe
 	return hc.conn, hc.conn, nil
 }
 
-// VMHostKey is the verified host key the VM presented, or nil before
+// VMHostKey is the verified host key srv's VM presented, or nil before
 // mgmtctl has connected to it.
-func (s *Session) VMHostKey() ssh.PublicKey {
+func (s *Session) VMHostKey(srv config.Server) ssh.PublicKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if hc, ok := s.conns[s.VMTarget().Addr]; ok {
+	if hc, ok := s.conns[s.VMTarget(srv).Addr]; ok {
 		return hc.conn.HostKey()
 	}
 	return nil
@@ -150,30 +151,32 @@ func (s *Session) VMKnownHosts() string {
 	return s.Config.Env.Expand("~/.config/mgmtctl/known_hosts")
 }
 
-// newVMMarker is the laptop-side record that mgmtctl created the VM and has
-// not met its host key yet.
-func (s *Session) newVMMarker() string {
-	c := s.Config.Cluster
-	return s.Config.Env.Expand(fmt.Sprintf("~/.config/mgmtctl/new-vm-%d-%s", c.Spec.VM.ID, c.Spec.VM.Net.Addr()))
+// newVMMarker is the laptop-side record that mgmtctl created srv's VM and
+// has not met its host key yet.
+func (s *Session) newVMMarker(srv config.Server) string {
+	return s.Config.Env.Expand(fmt.Sprintf("~/.config/mgmtctl/new-vm-%d-%s", srv.ID, srv.Net.Addr()))
 }
 
-// VMNeverReached reports that mgmtctl created the VM and has never
+// VMNeverReached reports that mgmtctl created srv's VM and has never
 // reached it: its host key is still to be learned.
-func (s *Session) VMNeverReached() bool {
-	_, err := os.Stat(s.newVMMarker())
+func (s *Session) VMNeverReached(srv config.Server) bool {
+	_, err := os.Stat(s.newVMMarker(srv))
 	return err == nil
 }
 
-// newVM is the session's record of the VM it created (proxmox.NewVMRecord):
+// newVM is the session's record of a VM it created (proxmox.NewVMRecord):
 // the marker file, and a line in it once a run gave up waiting for it.
-type newVM struct{ s *Session }
+type newVM struct {
+	s   *Session
+	srv config.Server
+}
 
 const gaveUpLine = "a run waited for SSH to the end of its bound\n"
 
-func (r newVM) NeverReached() bool { return r.s.VMNeverReached() }
+func (r newVM) NeverReached() bool { return r.s.VMNeverReached(r.srv) }
 
 func (r newVM) GaveUp() bool {
-	b, err := os.ReadFile(r.s.newVMMarker())
+	b, err := os.ReadFile(r.s.newVMMarker(r.srv))
 	return err == nil && strings.Contains(string(b), gaveUpLine)
 }
 
@@ -181,7 +184,7 @@ func (r newVM) RecordGaveUp() error {
 	if r.s.ReadOnly || r.GaveUp() {
 		return nil
 	}
-	f, err := os.OpenFile(r.s.newVMMarker(), os.O_APPEND|os.O_WRONLY, 0o600)
+	f, err := os.OpenFile(r.s.newVMMarker(r.srv), os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -189,39 +192,41 @@ func (r newVM) RecordGaveUp() error {
 	return errors.Join(err, f.Close())
 }
 
-// MarkNewVM records that this run is about to create the VM.
-func (s *Session) MarkNewVM() error {
-	p := s.newVMMarker()
+// MarkNewVM records that this run is about to create srv's VM.
+func (s *Session) MarkNewVM(srv config.Server) error {
+	p := s.newVMMarker(srv)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
 	return os.WriteFile(p, []byte(s.Holder+"\n"), 0o600)
 }
 
-// VMTarget is the VM as an SSH target: its user, with sudo.
-func (s *Session) VMTarget() remote.Target {
-	vm := s.Config.Cluster.Spec.VM
+// VMTarget is srv's VM as an SSH target: its user, with sudo.
+func (s *Session) VMTarget(srv config.Server) remote.Target {
 	return remote.Target{
-		Name:       s.Config.Cluster.Metadata.Name,
-		Addr:       netip.AddrPortFrom(vm.Net.Addr(), 22).String(),
-		User:       vm.User,
+		Name:       srv.Name,
+		Addr:       netip.AddrPortFrom(srv.Net.Addr(), 22).String(),
+		User:       s.Config.Cluster.Spec.VM.User,
 		KnownHosts: []string{s.VMKnownHosts()},
 		Identities: s.identities(),
 	}
 }
 
-// DialVM connects to the VM. Its host key is learned on first contact only
+// DialVM connects to srv's VM. Its host key is learned on first contact only
 // when this run created the VM (replacing the old VM's entry) or the user
 // said --accept-new-host-key; otherwise it must match what was learned
 // before. With wait, it keeps trying until the VM answers or ctx ends.
-func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(string)) (remote.Host, error) {
-	t := s.VMTarget()
-	created = created || s.VMNeverReached()
-	if created && !s.forgotVMKey {
+func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait bool, progress func(string)) (remote.Host, error) {
+	t := s.VMTarget(srv)
+	created = created || s.VMNeverReached(srv)
+	if created && !s.forgotVMKey[t.Addr] {
 		if err := remote.ForgetHostKey(s.VMKnownHosts(), t.Addr); err != nil {
 			return nil, fmt.Errorf("update %s: %w", s.VMKnownHosts(), err)
 		}
-		s.forgotVMKey = true
+		if s.forgotVMKey == nil {
+			s.forgotVMKey = map[string]bool{}
+		}
+		s.forgotVMKey[t.Addr] = true
 	}
 	t.AcceptNewHostKey = created || s.AcceptNewHostKey
 	d := *s.Dialer
@@ -257,7 +262,7 @@ func (s *Session) DialVM(ctx context.Context, created, wait bool, progress func(
 		if s.Log != nil {
 			s.Log.Info("learned VM host key", "addr", t.Addr, "fingerprint", ssh.FingerprintSHA256(key))
 		}
-		_ = os.Remove(s.newVMMarker())
+		_ = os.Remove(s.newVMMarker(srv))
 	}
 	return h, nil
 }

@@ -1,22 +1,39 @@
 package phase
 
 import (
+	"net/netip"
+
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 )
 
-// vmSpec is the vm phase's part of a loaded config: the proxmox package
-// knows its own input, not mgmt.yaml's layout.
-func vmSpec(c *config.ManagementCluster) proxmox.Spec {
+// vmSpec is the vm phase's part of a loaded config for one server: the
+// proxmox package knows its own input, not mgmt.yaml's layout.
+func vmSpec(c *config.ManagementCluster, srv config.Server) proxmox.Spec {
 	s := c.Spec
-	return proxmox.Spec{Node: s.Proxmox.Node, Storage: s.Proxmox.Storage, ImageDir: s.Proxmox.ImageDir,
-		ImageURL: s.Image.URL, ImageSHA256: s.Image.SHA256, VMID: s.VM.ID, Name: c.Metadata.Name,
+	return proxmox.Spec{Node: srv.Node, Storage: s.Proxmox.Storage, ImageDir: s.Proxmox.ImageDir,
+		ImageURL: s.Image.URL, ImageSHA256: s.Image.SHA256, VMID: srv.ID, Name: srv.Name,
 		Cores: s.VM.Cores, MemoryMiB: s.VM.MemoryMiB, DiskGiB: s.VM.DiskGiB, Bridge: s.VM.Bridge, VLAN: s.VM.VLAN,
-		Net: s.VM.Net, Gateway: s.VM.Gateway, Nameservers: s.VM.Nameservers, User: s.VM.User}
+		Net: srv.Net, Gateway: s.VM.Gateway, Nameservers: s.VM.Nameservers, User: s.VM.User}
 }
 
-// k3sSpec is the k3s phase's part of a loaded config.
-func k3sSpec(c *config.ManagementCluster) k3s.Spec {
-	return k3s.Spec{Name: c.Metadata.Name, IP: c.Spec.VM.Net.Addr(), Version: c.Spec.K3s.Release, InstallScriptURL: c.Spec.K3s.InstallScriptURL}
+// k3sSpec is the k3s phase's part of a loaded config for the i-th server:
+// the first initialises the cluster, the others join it at its API
+// address (the VIP).
+func k3sSpec(l *config.Loaded, i int) k3s.Spec {
+	c := &l.Cluster
+	srv := l.Servers()[i]
+	s := k3s.Spec{Name: srv.Name, IP: srv.Net.Addr(), Version: c.Spec.K3s.Release, InstallScriptURL: c.Spec.K3s.InstallScriptURL,
+		VIP: c.Spec.VIP.Addr}
+	if i > 0 {
+		s.Join = "https://" + netip.AddrPortFrom(l.APIAddr(), 6443).String()
+	}
+	return s
+}
+
+// kubeVIPSpec is kube-vip's part of a loaded config.
+func kubeVIPSpec(c *config.ManagementCluster) k3s.KubeVIPSpec {
+	v := c.Spec.VIP
+	return k3s.KubeVIPSpec{Address: v.Addr, Interface: v.Interface, Image: v.Image, Version: v.Version}
 }

@@ -438,10 +438,13 @@ func startEtcd(dir string, m member, initialCluster string) (*embed.Etcd, error)
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = m.name
-	lc, _ := url.Parse("http://127.0.0.1:2379")
+	// Every address of the VM, the VIP included: a joining server reaches
+	// etcd at its server URL's host, where k3s asks the supervisor at
+	// :6443 for the members (/db/info), which the lab does not serve.
+	lc, _ := url.Parse("http://0.0.0.0:2379")
 	cu, _ := url.Parse("http://" + m.ip + ":2379")
 	pu, _ := url.Parse(m.peerURL())
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*lc, *cu}, []url.URL{*cu}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*lc}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = m.name + "=" + m.peerURL()
 	if initialCluster != "" {

@@ -1,0 +1,381 @@
+package k3s
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"text/template"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// Paths of a cluster of servers (upstream-facts 2.3; docs.k3s.io
+// datastore/ha-embedded, installation/packaged-components).
+const (
+	// ServerTokenPath is where a k3s server keeps the cluster token.
+	ServerTokenPath = "/var/lib/rancher/k3s/server/token"
+	// TokenPath is the file a joining server reads the token from
+	// (token-file in config.yaml): a file, so config.yaml carries no
+	// secret and its diff can be shown.
+	TokenPath = "/etc/rancher/k3s/cluster-token"
+	// KubeVIPPath is kube-vip's manifest among k3s's auto-deployed ones.
+	KubeVIPPath = "/var/lib/rancher/k3s/server/manifests/kube-vip.yaml"
+	// KubeVIPLease is the Lease kube-vip's control-plane election holds
+	// (vip_leasename's default).
+	KubeVIPLease = "plndr-cp-lock"
+)
+
+// ClusterToken puts the cluster token, read from the first server, into
+// TokenPath on a server that joins it. The token is a secret: it is
+// registered with the run's redactor, never shown in a plan or a diff,
+// and written mode 0600 owned by root.
+type ClusterToken struct {
+	V, First *VM
+	// Redact registers the token with the run's redactor.
+	Redact func(values ...string)
+}
+
+var _ step.Step = (*ClusterToken)(nil)
+
+// ID implements step.Step.
+func (s *ClusterToken) ID() string { return "cluster-token" }
+
+// Host implements step.Step.
+func (s *ClusterToken) Host() string { return s.V.Name() }
+
+// Check implements step.Step.
+func (s *ClusterToken) Check(ctx context.Context) (step.Plan, error) {
+	var token []byte
+	if s.First.Host != nil {
+		b, err := s.First.ro().ReadFile(ctx, ServerTokenPath, true)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return step.Plan{}, fmt.Errorf("read the cluster token on %s: %w", s.First.Name(), err)
+		}
+		token = bytes.TrimSpace(b)
+	}
+	if len(token) > 0 && s.Redact != nil {
+		s.Redact(string(token))
+	}
+	var cur []byte
+	err := fs.ErrNotExist
+	if s.V.Host != nil {
+		cur, err = s.V.ro().ReadFile(ctx, TokenPath, true)
+	}
+	action := step.Update
+	if errors.Is(err, fs.ErrNotExist) {
+		action, err = step.Create, nil
+	}
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if len(token) > 0 && bytes.Equal(bytes.TrimSpace(cur), token) {
+		return step.Plan{Note: TokenPath + " holds the cluster token"}, nil
+	}
+	c := step.Change{Target: TokenPath, Action: action,
+		Summary: fmt.Sprintf("%s %s with the cluster token of %s", action, TokenPath, s.First.Name())}
+	if len(token) > 0 {
+		c.Payload = remote.File{Path: TokenPath, Content: append(token, '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}
+	} else {
+		c.Summary += ", once k3s runs there"
+	}
+	return step.Plan{Changes: []step.Change{c}}, nil
+}
+
+// Apply implements step.Step.
+func (s *ClusterToken) Apply(ctx context.Context, p step.Plan) error {
+	f, ok := p.Changes[0].Payload.(remote.File)
+	if !ok {
+		return fmt.Errorf("%s has no cluster token (%s) yet: k3s is not installed there", s.First.Name(), ServerTokenPath)
+	}
+	_, err := s.V.Host.WriteFile(ctx, f)
+	return err
+}
+
+// KubeVIPSpec is kube-vip's part of mgmt.yaml.
+type KubeVIPSpec struct {
+	Address        netip.Addr
+	Interface      string
+	Image, Version string
+}
+
+var kubeVIPTemplate = template.Must(template.New("kube-vip").Parse(`# Managed by mgmtctl: changes are overwritten on the next apply.
+# kube-vip {{.Version}} in ARP mode with control-plane leader election, as
+# "kube-vip manifest daemonset --inCluster --taint --controlplane --arp
+# --leaderElection" writes it, with its RBAC (kube-vip.io/manifests/rbac.yaml).
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: kube-vip
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:kube-vip-role
+rules:
+  - apiGroups: [""]
+    resources: ["services/status"]
+    verbs: ["update"]
+  - apiGroups: [""]
+    resources: ["services", "endpoints"]
+    verbs: ["list", "get", "watch", "update"]
+  - apiGroups: [""]
+    resources: ["nodes"]
+    verbs: ["list", "get", "watch", "update", "patch"]
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["list", "get", "watch", "update", "create"]
+  - apiGroups: ["discovery.k8s.io"]
+    resources: ["endpointslices"]
+    verbs: ["list", "get", "watch", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:kube-vip-binding
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kube-vip-role
+subjects:
+  - kind: ServiceAccount
+    name: kube-vip
+    namespace: kube-system
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-vip-ds
+  namespace: kube-system
+  labels:
+    app.kubernetes.io/name: kube-vip-ds
+    app.kubernetes.io/version: {{.Version}}
+spec:
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: kube-vip-ds
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: kube-vip-ds
+        app.kubernetes.io/version: {{.Version}}
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - key: node-role.kubernetes.io/control-plane
+                    operator: Exists
+      containers:
+        - name: kube-vip
+          image: {{.Image}}:{{.Version}}
+          imagePullPolicy: IfNotPresent
+          args: ["manager"]
+          env:
+            - {name: vip_arp, value: "true"}
+            - {name: port, value: "6443"}
+            - name: vip_nodename
+              valueFrom:
+                fieldRef: {fieldPath: spec.nodeName}
+            - {name: vip_interface, value: {{.Interface}}}
+            - {name: vip_cidr, value: "32"}
+            - {name: cp_enable, value: "true"}
+            - {name: cp_namespace, value: kube-system}
+            - {name: vip_leaderelection, value: "true"}
+            - {name: vip_leasename, value: plndr-cp-lock}
+            - {name: vip_leaseduration, value: "5"}
+            - {name: vip_renewdeadline, value: "3"}
+            - {name: vip_retryperiod, value: "1"}
+            - {name: address, value: "{{.Address}}"}
+          securityContext:
+            capabilities:
+              add: ["NET_ADMIN", "NET_RAW"]
+      hostNetwork: true
+      serviceAccountName: kube-vip
+      tolerations:
+        - {effect: NoSchedule, operator: Exists}
+        - {effect: NoExecute, operator: Exists}
+`))
+
+// KubeVIPManifest renders kube-vip's manifest for k3s to deploy.
+func KubeVIPManifest(s KubeVIPSpec) []byte {
+	var b bytes.Buffer
+	if err := kubeVIPTemplate.Execute(&b, s); err != nil {
+		panic(err) // the template and its input are both ours
+	}
+	return b.Bytes()
+}
+
+// KubeVIP writes kube-vip's manifest into k3s's manifests directory on a
+// server, before k3s is installed there, so k3s deploys it as it starts.
+// Every server has it: a server that restarts keeps deploying it.
+type KubeVIP struct {
+	V        *VM
+	Manifest []byte
+}
+
+var _ step.Step = (*KubeVIP)(nil)
+
+// ID implements step.Step.
+func (s *KubeVIP) ID() string { return "kube-vip" }
+
+// Host implements step.Step.
+func (s *KubeVIP) Host() string { return s.V.Name() }
+
+// Check implements step.Step.
+func (s *KubeVIP) Check(ctx context.Context) (step.Plan, error) {
+	var cur []byte
+	err := fs.ErrNotExist
+	if s.V.Host != nil {
+		cur, err = s.V.ro().ReadFile(ctx, KubeVIPPath, true)
+	}
+	action := step.Update
+	if errors.Is(err, fs.ErrNotExist) {
+		action, cur, err = step.Create, nil, nil
+	}
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if bytes.Equal(cur, s.Manifest) {
+		return step.Plan{Note: KubeVIPPath + " up to date"}, nil
+	}
+	return step.Plan{Changes: []step.Change{{Target: KubeVIPPath, Action: action, Summary: action.String() + " " + KubeVIPPath,
+		Diff:    &step.Diff{Path: KubeVIPPath, Before: string(cur), After: string(s.Manifest)},
+		Payload: remote.File{Path: KubeVIPPath, Content: s.Manifest, Mode: 0o600, Owner: "root:root", Sudo: true}}}}, nil
+}
+
+// Apply implements step.Step.
+func (s *KubeVIP) Apply(ctx context.Context, p step.Plan) error {
+	_, err := s.V.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
+	return err
+}
+
+// APIAddressTimeout is the default bound of the wait for the VIP.
+const APIAddressTimeout = 2 * time.Minute
+
+// APIAddress waits until the cluster's API answers at its VIP: kube-vip
+// runs, one server holds its lease and has the address. It dials from the
+// first server's VM, the way every other call to the cluster goes.
+type APIAddress struct {
+	V    *VM
+	Addr netip.Addr
+	API  func(ctx context.Context) (*kube.Cluster, error)
+	// Timeout bounds the wait; zero means APIAddressTimeout.
+	Timeout time.Duration
+}
+
+var _ step.Waiter = (*APIAddress)(nil)
+
+// ID implements step.Step.
+func (s *APIAddress) ID() string { return "api-vip" }
+
+// Host implements step.Step.
+func (s *APIAddress) Host() string { return s.V.Name() }
+
+// Check implements step.Step: who holds the VIP is observed, never set.
+func (s *APIAddress) Check(ctx context.Context) (step.Plan, error) {
+	holder, err := s.holder(ctx)
+	if err != nil || holder == "" {
+		return step.Plan{Note: "the API answers at " + s.Addr.String()}, nil
+	}
+	return step.Plan{Note: fmt.Sprintf("the API answers at %s, held by %s", s.Addr, holder)}, nil
+}
+
+// holder is the current holder of kube-vip's lease, "" before there is one.
+func (s *APIAddress) holder(ctx context.Context) (string, error) {
+	cl, err := s.API(ctx)
+	if err != nil || cl == nil {
+		return "", err
+	}
+	l, err := cl.Typed.CoordinationV1().Leases("kube-system").Get(ctx, KubeVIPLease, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return leaseHolder(l), nil
+}
+
+func leaseHolder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// Apply implements step.Step; the plan is always empty.
+func (s *APIAddress) Apply(ctx context.Context, p step.Plan) error { return nil }
+
+// Observe implements step.Waiter.
+func (s *APIAddress) Observe(ctx context.Context) (bool, string, error) {
+	if s.V.Host == nil || s.V.Installed == "" {
+		return false, "k3s is not installed yet", nil
+	}
+	if err := s.dial(ctx); err != nil {
+		return false, fmt.Sprintf("nothing answers at %s yet (%v)", net.JoinHostPort(s.Addr.String(), "6443"), err), nil
+	}
+	return true, "", nil
+}
+
+func (s *APIAddress) dial(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := s.V.Host.DialContext(dctx, "tcp", net.JoinHostPort(s.Addr.String(), "6443"))
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// Bound implements step.Waiter.
+func (s *APIAddress) Bound() time.Duration {
+	if s.Timeout <= 0 {
+		return APIAddressTimeout
+	}
+	return s.Timeout
+}
+
+// Wait implements step.Waiter: it watches kube-vip's lease until a server
+// holds it and the address answers.
+func (s *APIAddress) Wait(ctx context.Context) error {
+	cl, err := s.API(ctx)
+	if err != nil {
+		return fmt.Errorf("reach the API of k3s: %w", err)
+	}
+	if cl == nil {
+		return fmt.Errorf("%s does not exist: is k3s installed?", KubeconfigPath)
+	}
+	step.Progress(ctx, "waiting for kube-vip to bring up "+s.Addr.String())
+	leases := cl.Typed.CoordinationV1().Leases("kube-system")
+	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", KubeVIPLease).String()}
+	last := "no server holds kube-vip's lease " + KubeVIPLease + " yet"
+	err = kube.Until(ctx, []kube.WatchFunc{func(ctx context.Context) (watch.Interface, error) { return leases.Watch(ctx, sel) }},
+		func(ctx context.Context) (bool, error) {
+			l, err := leases.Get(ctx, KubeVIPLease, metav1.GetOptions{})
+			if err != nil || leaseHolder(l) == "" {
+				return false, nil
+			}
+			// The holder adds the address as it takes the lease: a
+			// dial that fails now is retried at the lease's next renewal.
+			if err := s.dial(ctx); err != nil {
+				last = fmt.Sprintf("%s holds the lease but %s does not answer (%v)", leaseHolder(l), s.Addr, err)
+				return false, nil
+			}
+			return true, nil
+		})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("the API does not answer at %s after %s: %s (kube-vip's pods log why: kubectl -n kube-system logs ds/kube-vip-ds)", s.Addr, s.Bound(), last)
+	}
+	return err
+}
