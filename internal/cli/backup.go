@@ -87,6 +87,11 @@ func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pi
 	}
 	defer d.close()
 	// Everything that can refuse the backup does so before any connection.
+	if n := len(d.l.Servers()); n > 1 {
+		// Restoring one server of several needs the others wiped and
+		// rejoined (k3s's cluster-reset procedure): not built yet.
+		return d.fail(fmt.Errorf("restore of a cluster of %d servers is not supported in this version: restore needs one server (k3s's cluster-reset restores on one, and the others must be wiped and rejoin); nothing was touched", n))
+	}
 	b, err := backup.Read(from)
 	if err != nil {
 		return d.fail(err)
@@ -104,7 +109,7 @@ func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pi
 			strings.Join(diff, "\n  ")))
 	}
 	fmt.Fprintf(d.info(), "restore will replace the state of %s (VM %d at %s) with snapshot %s, taken %s; what the cluster got since is lost\n",
-		d.l.Cluster.Metadata.Name, d.l.Cluster.Spec.VM.ID, d.l.Cluster.Spec.VM.Net.Addr(), b.Snapshot, b.Created.Format("2006-01-02 15:04:05 MST"))
+		d.l.Cluster.Metadata.Name, d.l.Servers()[0].ID, d.l.Servers()[0].Net.Addr(), b.Snapshot, b.Created.Format("2006-01-02 15:04:05 MST"))
 	if !d.confirm(yes, "restore it") {
 		return exitError(ExitFailed)
 	}

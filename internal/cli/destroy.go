@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -58,15 +59,19 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 	}
 	info := d.info()
 	if len(p.changes) == 0 {
-		fmt.Fprintf(info, "nothing to destroy: VM %d does not exist on %s and no laptop file of %s is left\n",
-			l.Cluster.Spec.VM.ID, l.Cluster.Spec.Proxmox.Node, l.Cluster.Metadata.Name)
+		fmt.Fprintf(info, "nothing to destroy: %s does not exist and no laptop file of %s is left\n",
+			vmsOn(l.Servers()), l.Cluster.Metadata.Name)
 		return nil
 	}
 	fmt.Fprintf(info, "destroy will remove:\n")
 	for _, c := range p.changes {
 		fmt.Fprintf(info, "  - %s\n", d.x.String(strings.TrimPrefix(c.Summary, "remove ")))
 	}
-	fmt.Fprintf(info, "It leaves the cloud image on %s and the Proxmox API token alone.\n", l.Cluster.Spec.Proxmox.Node)
+	var nodes []string
+	for _, srv := range l.Servers() {
+		nodes = append(nodes, srv.Node)
+	}
+	fmt.Fprintf(info, "It leaves the cloud image on %s and the Proxmox API token alone.\n", strings.Join(nodes, ", "))
 	if !d.confirm(yes, "destroy it") {
 		return exitError(ExitFailed)
 	}
@@ -84,4 +89,17 @@ func readLine(in io.Reader) string {
 	}
 	line, _ := bufio.NewReader(in).ReadString('\n')
 	return strings.TrimSpace(line)
+}
+
+// vmsOn names the servers' VMs: "VM 110 on pve" for one, "VMs 110 on
+// pve1, 111 on pve2, …" for several.
+func vmsOn(servers []config.Server) string {
+	var parts []string
+	for _, srv := range servers {
+		parts = append(parts, fmt.Sprintf("%d on %s", srv.ID, srv.Node))
+	}
+	if len(parts) == 1 {
+		return "VM " + parts[0]
+	}
+	return "VMs " + strings.Join(parts, ", ")
 }

@@ -58,15 +58,22 @@ func Bad(next, format string, args ...any) Finding {
 type Check struct {
 	Name string
 	Run  func(ctx context.Context) Finding
+	// Always runs the check even when its phase is blocked or not as
+	// configured: the state of a cluster of servers with one down (which
+	// members are healthy, who holds the VIP) is what status is for.
+	Always bool
 }
 
 // Line is one check's result in the report.
 type Line struct {
-	Phase  step.Tag `json:"phase"`
-	Check  string   `json:"check"`
-	State  State    `json:"state"`
-	Detail string   `json:"detail"`
-	Next   string   `json:"next,omitempty"`
+	Phase step.Tag `json:"phase"`
+	Check string   `json:"check"`
+	// Host is the machine the check looked at, when its phase looks at
+	// several (the servers of a cluster, their Proxmox nodes).
+	Host   string `json:"host,omitempty"`
+	State  State  `json:"state"`
+	Detail string `json:"detail"`
+	Next   string `json:"next,omitempty"`
 }
 
 // Report is every check's result.
@@ -88,10 +95,16 @@ func Run(ctx context.Context, phases []step.Phase, extra map[step.Tag][]Check) R
 	r := Report{Healthy: true}
 	blocked := ""
 	for _, p := range phases {
+		multi := multiHost(p.Steps)
 		if blocked != "" {
 			for _, s := range p.Steps {
-				r.Lines = append(r.Lines, Line{Phase: p.Tag, Check: s.ID(), State: Skipped, Detail: "needs " + blocked})
+				l := Line{Phase: p.Tag, Check: s.ID(), State: Skipped, Detail: "needs " + blocked}
+				if multi {
+					l.Host = s.Host()
+				}
+				r.Lines = append(r.Lines, l)
 			}
+			r.always(ctx, p.Tag, extra[p.Tag])
 			continue
 		}
 		var ends ends
@@ -102,15 +115,20 @@ func Run(ctx context.Context, phases []step.Phase, extra map[step.Tag][]Check) R
 				r.Failure = e.Err
 			}
 			l := lineOf(e)
+			if multi && e.Step != "gather-facts" {
+				l.Host = e.Host
+			}
 			if l.State == Unhealthy && cause != "" && onlyWaits(e.Changes) {
 				l.State, l.Detail, l.Next = Skipped, "needs "+cause, ""
 			}
 			if l.State == Unhealthy && cause == "" {
-				cause = string(p.Tag) + "/" + e.Step
+				cause = string(p.Tag) + "/" + l.name()
 			}
 			r.Lines = append(r.Lines, l)
 		}
-		if cause == "" {
+		if cause != "" {
+			r.always(ctx, p.Tag, extra[p.Tag])
+		} else {
 			for _, c := range extra[p.Tag] {
 				f := c.Run(ctx)
 				l := Line{Phase: p.Tag, Check: c.Name, Detail: f.Detail, Next: f.Next}
@@ -126,6 +144,44 @@ func Run(ctx context.Context, phases []step.Phase, extra map[step.Tag][]Check) R
 		}
 	}
 	return r
+}
+
+// always runs a blocked or unhealthy phase's Always checks.
+func (r *Report) always(ctx context.Context, tag step.Tag, checks []Check) {
+	for _, c := range checks {
+		if !c.Always {
+			continue
+		}
+		f := c.Run(ctx)
+		l := Line{Phase: tag, Check: c.Name, Detail: f.Detail, Next: f.Next}
+		if !f.OK {
+			l.State, r.Healthy = Unhealthy, false
+		}
+		r.Lines = append(r.Lines, l)
+	}
+}
+
+// multiHost says a phase runs its steps on several machines (the servers
+// of a cluster, their Proxmox nodes): a step ID appears more than once,
+// and only the host tells the lines apart.
+func multiHost(steps []step.Step) bool {
+	seen := map[string]bool{}
+	for _, s := range steps {
+		if seen[s.ID()] {
+			return true
+		}
+		seen[s.ID()] = true
+	}
+	return false
+}
+
+// name is the check as the verdict names it: with its host when there is
+// one.
+func (l Line) name() string {
+	if l.Host != "" {
+		return l.Check + " on " + l.Host
+	}
+	return l.Check
 }
 
 // ends collects the step-end events of a check run.
@@ -185,7 +241,7 @@ func (r Report) Unhealthy() []string {
 	var out []string
 	for _, l := range r.Lines {
 		if l.State == Unhealthy {
-			out = append(out, string(l.Phase)+"/"+l.Check)
+			out = append(out, string(l.Phase)+"/"+l.name())
 		}
 	}
 	return out
@@ -198,11 +254,24 @@ type Masker interface{ String(string) string }
 // what to do next, then a one-line verdict.
 func WriteText(w io.Writer, r Report, m Masker) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PHASE\tCHECK\tSTATUS\tDETAIL")
+	hosts := false
 	for _, l := range r.Lines {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Phase, l.Check, l.State, m.String(l.Detail))
+		hosts = hosts || l.Host != ""
+	}
+	if hosts {
+		// A cluster of servers: which one each line is about.
+		fmt.Fprintln(tw, "PHASE\tCHECK\tHOST\tSTATUS\tDETAIL")
+	} else {
+		fmt.Fprintln(tw, "PHASE\tCHECK\tSTATUS\tDETAIL")
+	}
+	for _, l := range r.Lines {
+		if hosts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Phase, l.Check, l.Host, l.State, m.String(l.Detail))
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Phase, l.Check, l.State, m.String(l.Detail))
+		}
 		if l.Next != "" {
-			fmt.Fprintf(tw, "\t\t\tnext: %s\n", m.String(l.Next))
+			fmt.Fprintf(tw, "\t\t\t%snext: %s\n", map[bool]string{true: "\t"}[hosts], m.String(l.Next))
 		}
 	}
 	if err := tw.Flush(); err != nil {

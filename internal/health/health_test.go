@@ -122,3 +122,44 @@ func TestWriteGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestRunServers: a phase that runs the same steps on several servers
+// names each line's host, the verdict names the server that is down, and
+// an Always check runs although its phase is blocked by it.
+func TestRunServers(t *testing.T) {
+	w := steptest.NewWorld()
+	w.Set("/vm1", "running")
+	w.Set("/vm3", "running")
+	ps := []step.Phase{
+		{Tag: step.TagVM, Steps: []step.Step{
+			&steptest.File{StepID: "start-vm", HostName: "pve1", Path: "/vm1", Content: "running", W: w},
+			&steptest.File{StepID: "start-vm", HostName: "pve2", Path: "/vm2", Content: "running", W: w},
+			&steptest.File{StepID: "start-vm", HostName: "pve3", Path: "/vm3", Content: "running", W: w},
+		}},
+		{Tag: step.TagK3s, Steps: []step.Step{
+			&steptest.File{StepID: "config", HostName: "srv1", Path: "/c1", Content: "x", W: w},
+			&steptest.File{StepID: "config", HostName: "srv2", Path: "/c2", Content: "x", W: w},
+		}},
+	}
+	ran := 0
+	extra := map[step.Tag][]Check{step.TagK3s: {
+		{Name: "members", Always: true, Run: func(context.Context) Finding { ran++; return Bad("apply", "srv2 down") }},
+		{Name: "not-always", Run: func(context.Context) Finding { t.Error("a check without Always ran in a blocked phase"); return Good("") }},
+	}}
+	r := Run(context.Background(), ps, extra)
+	if got := strings.Join(r.Unhealthy(), ","); got != "vm/start-vm on pve2,k3s/members" || ran != 1 || r.Healthy {
+		t.Errorf("unhealthy %s, ran %d, healthy %v", got, ran, r.Healthy)
+	}
+	var hosts []string
+	for _, l := range r.Lines {
+		hosts = append(hosts, l.Host)
+	}
+	if got := strings.Join(hosts, ","); got != "pve1,pve2,pve3,srv1,srv2," {
+		t.Errorf("hosts %s", got)
+	}
+	var b bytes.Buffer
+	WriteText(&b, r, mask{})
+	if !strings.Contains(b.String(), "PHASE  CHECK     HOST  STATUS") || !strings.Contains(b.String(), "start-vm  pve2  UNHEALTHY") {
+		t.Errorf("text:\n%s", b.String())
+	}
+}

@@ -126,7 +126,7 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	restart := step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Payload: remote.Command("systemctl", "restart", "k3s").AsRoot()}}}
 	if res[0].ExitCode != 0 || !bytes.Equal(res[0].Stdout, s.V.config()) {
 		restart.Changes[0].Summary = "restart k3s to load the new " + ConfigPath
-		return restart, nil
+		return s.V.gate(ctx, restart)
 	}
 	started, err := time.Parse(systemdTime, strings.TrimSpace(string(res[2].Stdout)))
 	if err != nil {
@@ -142,7 +142,7 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	}
 	restart.Changes[0].Summary = fmt.Sprintf("restart k3s to load %s (changed %s, k3s running since %s)", ConfigPath,
 		changed.UTC().Format(time.RFC3339), started.UTC().Format(time.RFC3339))
-	return restart, nil
+	return s.V.gate(ctx, restart)
 }
 
 // Apply implements step.Step.

@@ -43,8 +43,8 @@ func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 	case "":
 		return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Create, Summary: "install k3s " + want, Payload: run}}}, nil
 	}
-	return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update,
-		Summary: fmt.Sprintf("upgrade k3s from %s to %s", s.V.Installed, want), Payload: run}}}, nil
+	return s.V.gate(ctx, step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update,
+		Summary: fmt.Sprintf("upgrade k3s from %s to %s", s.V.Installed, want), Payload: run}}})
 }
 
 // installScript fetches the install script ($1) and runs it with the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
 // Paths on the VM (upstream-facts 2.3, 2.4).
@@ -46,6 +47,21 @@ type VM struct {
 	Installed string
 	// Active says the k3s service runs.
 	Active bool
+	// Gate, when set (a server among several), is asked before k3s is
+	// restarted or upgraded here: an error stops the run before this
+	// server is touched.
+	Gate func(ctx context.Context) error
+}
+
+// gate runs the Gate, if any, for a plan that takes k3s down here.
+func (v *VM) gate(ctx context.Context, p step.Plan) (step.Plan, error) {
+	if v.Gate == nil || p.Empty() {
+		return p, nil
+	}
+	if err := v.Gate(ctx); err != nil {
+		return step.Plan{}, err
+	}
+	return p, nil
 }
 
 // Name is the VM as the recap shows it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
@@ -112,6 +113,23 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 	var steps []step.Step
 	for i, srv := range servers {
 		v := &k3s.VM{Spec: k3sSpec(s.Config, i)}
+		if len(servers) > 1 {
+			v.Gate = func(ctx context.Context) error {
+				// The members are the servers k3s runs on; one still to
+				// be installed (a cluster growing) is not one yet.
+				members := []string{}
+				for _, o := range vms {
+					if o.Installed != "" {
+						members = append(members, o.Name())
+					}
+				}
+				hs, err := a.etcdHealth(ctx, members...)
+				if err != nil || hs == nil {
+					return err
+				}
+				return k3s.QuorumGate(v.Name(), hs)
+			}
+		}
 		vms[i] = v
 		ready := &k3s.NodeReady{V: v, API: a.api, Timeout: s.WaitTimeout}
 		checks[i] = &k3s.HostKeyCheck{Name: srv.Node, VMID: srv.ID, Pinned: func() ssh.PublicKey { return s.VMHostKey(srv) }}
@@ -237,6 +255,27 @@ func (a *clusterAccess) dial(ctx context.Context) (remote.Host, error) {
 		return a.s.DialVM(ctx, a.s.Config.Servers()[0], false, false, nil)
 	}
 	return nil, first
+}
+
+// etcdHealth is every server's etcd member as its own API server sees
+// it; nil while k3s has not run yet (a check run before the cluster).
+func (a *clusterAccess) etcdHealth(ctx context.Context, only ...string) ([]k3s.MemberHealth, error) {
+	if err := a.connect(ctx); err != nil {
+		return nil, err
+	}
+	if a.k3sYAML == nil {
+		return nil, nil
+	}
+	var ms []k3s.Member
+	for _, srv := range a.s.Config.Servers() {
+		if only != nil && !slices.Contains(only, srv.Name) {
+			continue
+		}
+		ms = append(ms, k3s.Member{Name: srv.Name, Dial: func(ctx context.Context) (remote.Host, error) {
+			return a.s.DialVM(ctx, srv, false, false, nil)
+		}})
+	}
+	return k3s.EtcdHealth(ctx, a.k3sYAML, ms), nil
 }
 
 // api is the cluster once connected: nil in check mode while the VM or

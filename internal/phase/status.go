@@ -14,6 +14,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/health"
 	"github.com/mgmtctl/mgmtctl/internal/inspector"
+	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -26,7 +27,7 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 	apply := func(tag step.Tag) string { return "mgmtctl apply --tags " + string(tag) }
 	adminPath := s.Config.KubeconfigPath()
 	roPath := s.InspectorKubeconfigPath()
-	return map[step.Tag][]health.Check{
+	extras := map[step.Tag][]health.Check{
 		step.TagKubeconfig: {{Name: "admin-server", Run: func(ctx context.Context) health.Finding {
 			cs, err := laptopClient(adminPath)
 			if err != nil {
@@ -82,6 +83,50 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 			}},
 		},
 	}
+	if len(s.Config.Servers()) > 1 {
+		a := &clusterAccess{s: s}
+		extras[step.TagK3s] = []health.Check{{Name: "etcd-members", Always: true, Run: func(ctx context.Context) health.Finding {
+			return etcdFinding(ctx, a)
+		}}}
+	}
+	return extras
+}
+
+// etcdFinding is the servers' etcd members, each as its own API server
+// sees it, and who holds the VIP: degraded (named) while one is down,
+// even though the API still answers.
+func etcdFinding(ctx context.Context, a *clusterAccess) health.Finding {
+	hs, err := a.etcdHealth(ctx)
+	if err != nil {
+		return health.Bad("mgmtctl apply", "no server's API reached: %v", err)
+	}
+	if hs == nil {
+		return health.Bad("mgmtctl apply", "k3s does not run on any server yet")
+	}
+	var good, bad []string
+	for _, h := range hs {
+		if h.OK {
+			good = append(good, h.Name)
+		} else {
+			bad = append(bad, fmt.Sprintf("%s: %s", h.Name, h.Detail))
+		}
+	}
+	holder := "nobody"
+	if a.cluster != nil {
+		if l, err := a.cluster.Typed.CoordinationV1().Leases("kube-system").Get(ctx, k3s.KubeVIPLease, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+	}
+	vip := fmt.Sprintf("VIP %s held by %s", a.s.Config.APIAddr(), holder)
+	if len(bad) == 0 {
+		return health.Good("%d/%d members healthy (%s); %s", len(good), len(hs), strings.Join(good, ", "), vip)
+	}
+	quorum := "quorum kept"
+	if len(good) <= len(hs)/2 {
+		quorum = "NO QUORUM: the API cannot write"
+	}
+	return health.Bad("mgmtctl apply (it starts a stopped VM and waits for its server to rejoin)",
+		"degraded, %d/%d members healthy, %s; %s; %s", len(good), len(hs), quorum, strings.Join(bad, "; "), vip)
 }
 
 // readPrivate reads a laptop file that must be private (0600).

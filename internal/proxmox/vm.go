@@ -214,7 +214,7 @@ func (s *StartVM) Check(ctx context.Context) (step.Plan, error) {
 	if s.N.Facts.Running {
 		return step.Plan{Note: "VM " + s.N.VMID() + " is running"}, nil
 	}
-	return step.Plan{Changes: []step.Change{{Target: "VM " + s.N.VMID(), Action: step.Run, Summary: "start VM " + s.N.VMID(),
+	return step.Plan{Changes: []step.Change{{Target: "VM " + s.N.VMID(), Action: step.Run, Summary: fmt.Sprintf("start VM %s (%s)", s.N.VMID(), s.N.Spec.Name),
 		Payload: remote.Command("qm", "start", s.N.VMID())}}}, nil
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkConverged measures what a user waits for on a converged
@@ -34,6 +35,38 @@ func BenchmarkConverged(b *testing.B) {
 		for b.Loop() {
 			if r := e.mgmtctl("backup", "--keep", "2"); r.Code != 0 {
 				b.Fatalf("backup: %s\n%s", r.Stdout, r.Stderr)
+			}
+		}
+	})
+}
+
+// BenchmarkHA measures three servers on a three-node Proxmox cluster: the
+// fresh apply that builds them (one sample, reported as fresh-apply-s: a
+// lab per iteration would take minutes each), then converged re-runs of
+// apply and status, which check every server and its etcd member.
+func BenchmarkHA(b *testing.B) {
+	e := startHA(b)
+	start := time.Now()
+	if r := e.apply(); r.Code != 0 {
+		b.Fatalf("first apply: %s\n%s", r.Stdout, r.Stderr)
+	}
+	fresh := time.Since(start)
+	b.Run("fresh", func(b *testing.B) {
+		for b.Loop() {
+		}
+		b.ReportMetric(fresh.Seconds(), "fresh-apply-s")
+	})
+	b.Run("apply", func(b *testing.B) {
+		for b.Loop() {
+			if r := e.apply(); r.Code != 0 || !strings.Contains(r.Stdout, "changed=0") {
+				b.Fatalf("apply: %s\n%s", r.Stdout, r.Stderr)
+			}
+		}
+	})
+	b.Run("status", func(b *testing.B) {
+		for b.Loop() {
+			if r := e.mgmtctl("status"); r.Code != 0 {
+				b.Fatalf("status: %s\n%s", r.Stdout, r.Stderr)
 			}
 		}
 	})

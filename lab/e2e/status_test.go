@@ -11,7 +11,7 @@ import (
 type statusReport struct {
 	Healthy bool `json:"healthy"`
 	Checks  []struct {
-		Phase, Check, State, Detail, Next string
+		Phase, Check, Host, State, Detail, Next string
 	} `json:"checks"`
 }
 
@@ -121,7 +121,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("qm stop: %+v", r)
 	}
 	rep, code, out = e.status()
-	if code != 1 || rep.unhealthy() != "vm/start-vm" || !strings.Contains(out, "not as configured: start VM 110") || !strings.Contains(out, "mgmtctl apply --tags vm") || !strings.Contains(out, `"check":"wait-ssh","state":"skipped","detail":"needs vm/start-vm"`) {
+	if code != 1 || rep.unhealthy() != "vm/start-vm" || !strings.Contains(out, "not as configured: start VM 110 (lab-mgmt)") || !strings.Contains(out, "mgmtctl apply --tags vm") || !strings.Contains(out, `"check":"wait-ssh","state":"skipped","detail":"needs vm/start-vm"`) {
 		t.Errorf("stopped VM: exit %d, unhealthy %q\n%s", code, rep.unhealthy(), out)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"regexp"
 	"strings"
@@ -21,6 +22,9 @@ import (
 type Host struct {
 	HostName string
 	Answer   func(remote.Cmd) (remote.Result, error)
+	// Files, when set, are the files ReadFile finds; any other path does
+	// not exist.
+	Files map[string][]byte
 
 	mu     sync.Mutex
 	ran    []remote.Cmd
@@ -39,15 +43,29 @@ func (h *Host) Run(ctx context.Context, c remote.Cmd) (remote.Result, error) {
 	h.ran = append(h.ran, c)
 	h.events = append(h.events, "run "+c.String())
 	h.mu.Unlock()
+	if path, ok := strings.CutPrefix(c.Name, "read "); ok && h.Files != nil {
+		// remote.ReadFile's script, as a read-only gate runs it: the
+		// file's bytes, or its exit code for a missing file (44).
+		if b, ok := h.Files[path]; ok {
+			return remote.Result{Stdout: b}, nil
+		}
+		return remote.Result{ExitCode: 44}, nil
+	}
 	if h.Answer != nil {
 		return h.Answer(c)
 	}
 	return remote.Result{}, nil
 }
 
-// ReadFile implements remote.Host: nothing exists.
+// ReadFile implements remote.Host: Files, or nothing to read.
 func (h *Host) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error) {
-	return nil, errors.New("remotetest: no files to read")
+	if h.Files == nil {
+		return nil, errors.New("remotetest: no files to read")
+	}
+	if b, ok := h.Files[path]; ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("read %s: %w", path, fs.ErrNotExist)
 }
 
 // WriteFile implements remote.Host.

@@ -105,10 +105,23 @@ func (o *Operator) publishEndpoints(ctx context.Context, ns string) error {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{o.NodeIP}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &tcp}},
 	}
-	_, err := o.CS.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
+	slices := o.CS.DiscoveryV1().EndpointSlices(ns)
+	_, err := slices.Create(ctx, es, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	// The operator ran on another server before (a cluster of servers,
+	// its leader gone): its endpoint moves here, as the endpoint-slice
+	// controller moves it to the new pod.
+	cur, err := slices.Get(ctx, es.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if len(cur.Endpoints) == 1 && len(cur.Endpoints[0].Addresses) == 1 && cur.Endpoints[0].Addresses[0] == o.NodeIP {
 		return nil
 	}
+	cur.Endpoints = es.Endpoints
+	_, err = slices.Update(ctx, cur, metav1.UpdateOptions{})
 	return err
 }
 

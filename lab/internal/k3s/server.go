@@ -295,7 +295,7 @@ func Server(args []string, log io.Writer) error {
 	if err := writeFile(filepath.Join(tls, "serving-kube-apiserver.key"), servKey, 0o600); err != nil {
 		return err
 	}
-	adminCert, adminKey, err := clientCA.IssueClient("system:admin", []string{"system:masters"})
+	adminCert, adminKey, err := adminClient(tls, clientCA)
 	if err != nil {
 		return err
 	}
@@ -640,4 +640,29 @@ func lead(ctx context.Context, cs *kubernetes.Clientset, id string, log io.Write
 			logf(log, "%s leads helm-controller and the operator", id)
 			run(ctx)
 		}, func() {})
+}
+
+// adminClient is the admin's client certificate, kept as k3s keeps it
+// (tls/client-admin.crt and .key) and reused at every start while the
+// cluster's client CA still signs it: k3s.yaml stays the same across
+// restarts. A restore that brings another CA gets a new one.
+func adminClient(tls string, clientCA *pki.CA) (cert, key []byte, err error) {
+	certPath, keyPath := filepath.Join(tls, "client-admin.crt"), filepath.Join(tls, "client-admin.key")
+	cb, cerr := os.ReadFile(certPath)
+	kb, kerr := os.ReadFile(keyPath)
+	if cerr == nil && kerr == nil {
+		if blk, _ := pem.Decode(cb); blk != nil {
+			if c, err := x509.ParseCertificate(blk.Bytes); err == nil && c.CheckSignatureFrom(clientCA.Cert) == nil && time.Until(c.NotAfter) > 90*24*time.Hour {
+				return cb, kb, nil
+			}
+		}
+	}
+	cert, key, err = clientCA.IssueClient("system:admin", []string{"system:masters"})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeFile(certPath, cert, 0o644); err != nil {
+		return nil, nil, err
+	}
+	return cert, key, writeFile(keyPath, key, 0o600)
 }

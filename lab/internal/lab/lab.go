@@ -22,8 +22,10 @@ const (
 	PVEAddr    = "192.0.2.10"
 	MirrorAddr = "192.0.2.20"
 	VMAddr     = "192.0.2.50"
-	Node       = "pve"
-	VMID       = 110
+	// VIPAddr is the API VIP of the highly available config (HAConfigPath).
+	VIPAddr = "192.0.2.60"
+	Node    = "pve"
+	VMID    = 110
 )
 
 // K3sReleases are the k3s versions the lab's mirror has released; the
@@ -89,7 +91,11 @@ func Open(dir string) (*Lab, error) {
 func (l *Lab) path(p ...string) string { return filepath.Join(append([]string{l.Dir}, p...)...) }
 
 // Paths a user and the tests rely on.
-func (l *Lab) ConfigPath() string    { return l.path("mgmt.yaml") }
+func (l *Lab) ConfigPath() string { return l.path("mgmt.yaml") }
+
+// HAConfigPath is the highly available config labsim up writes for a
+// cluster of three or more nodes.
+func (l *Lab) HAConfigPath() string  { return l.path("ha.yaml") }
 func (l *Lab) SecretsPath() string   { return l.path("secrets.yaml") }
 func (l *Lab) LaptopHome() string    { return l.path("laptop", "home") }
 func (l *Lab) ControlSocket() string { return l.path("control.sock") }

@@ -131,6 +131,9 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	}
 	fmt.Fprintf(out, "  laptop %s, mirror %s\n", LaptopAddr, MirrorAddr)
 	fmt.Fprintf(out, "  config: %s\n  run:    labsim exec --dir %s -- mgmtctl apply -c %s\n", l.ConfigPath(), l.Dir, l.ConfigPath())
+	if len(l.Nodes()) >= 3 {
+		fmt.Fprintf(out, "  three servers, one per node, API at %s: labsim exec --dir %s -- mgmtctl apply -c %s\n", VIPAddr, l.Dir, l.HAConfigPath())
+	}
 	return nil
 }
 
@@ -389,7 +392,24 @@ spec:
   kubeconfig:
     path: ~/.kube/lab-mgmt.kubeconfig
 `, l.Dir, first.Addr, first.Name, first.Addr, TokenID, ImageHost, ImagePath, imageSHA, VMID, VMAddr)
-	return os.WriteFile(l.ConfigPath(), []byte(cfg), 0o644)
+	if err := os.WriteFile(l.ConfigPath(), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	nodes := l.Nodes()
+	if len(nodes) < 3 {
+		return nil
+	}
+	// A Proxmox cluster: also the highly available form, one server on
+	// each of the first three nodes, the API at the VIP.
+	ha := strings.Replace(cfg, fmt.Sprintf("    host: %s\n    user: root\n    node: %s\n", first.Addr, first.Name), "    user: root\n", 1)
+	ha = strings.Replace(ha, fmt.Sprintf("    id: %d\n", VMID), "", 1)
+	ha = strings.Replace(ha, fmt.Sprintf("    address: %s/24\n", VMAddr), "", 1)
+	ha += "  servers:\n"
+	for i, n := range nodes[:3] {
+		ha += fmt.Sprintf("    - {node: %s, host: %s, id: %d, address: 192.0.2.%d/24}\n", n.Name, n.Addr, VMID+i, 50+i)
+	}
+	ha += "  vip:\n    address: " + VIPAddr + "\n"
+	return os.WriteFile(l.HAConfigPath(), []byte(ha), 0o644)
 }
 
 // Down stops the lab and removes every namespace, process and file it made.

@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
+)
+
+// startHA brings up a three-node Proxmox cluster and points the env at
+// its highly available config.
+func startHA(t testing.TB) *env {
+	labtest.Skip(t)
+	bin := binary(t)
+	l := labtest.StartNodes(t, 3)
+	b, err := os.ReadFile(l.HAConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The env's commands use ConfigPath: make it the HA config.
+	if err := os.WriteFile(l.ConfigPath(), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &env{Lab: l, t: t, bin: bin}
+}
+
+// viaVIP runs kubectl with the admin kubeconfig mgmtctl wrote, whose
+// server is the VIP.
+func (e *env) viaVIP(args ...string) labtest.Result {
+	e.t.Helper()
+	kc := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
+	return e.Run("", append([]string{labtest.Kubectl(e.t), "--kubeconfig", kc, "--request-timeout", "5s"}, args...)...)
+}
+
+const readyNodes = `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status},{.metadata.labels.node-role\.kubernetes\.io/etcd} {end}`
+
+// TestHA: three servers on three Proxmox nodes. A fresh apply converges
+// (three Ready servers, three healthy etcd members, the providers Ready
+// through the VIP) and a second changes nothing; the cluster token is
+// never printed. The VM holding the VIP stopped: the API answers at the
+// VIP again from another server, status exits 1 naming the stopped
+// server, and the next apply starts it and converges. A k3s version bump
+// rolls one server at a time, each Ready before the next is touched.
+func TestHA(t *testing.T) {
+	e := startHA(t)
+	r := e.apply()
+	mustSucceed(t, r, "first apply")
+	token := strings.TrimSpace(e.SSH("ubuntu", "192.0.2.50", filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "sudo cat /var/lib/rancher/k3s/server/token").Stdout)
+	if !strings.HasPrefix(token, "K10") {
+		t.Fatalf("cluster token: %q", token)
+	}
+	noSecret(t, r, token, e.secret())
+	r = e.apply("--diff")
+	mustSucceed(t, r, "second apply")
+	if !strings.Contains(recap(t, r), "changed=0 ") {
+		t.Errorf("second run changed something:\n%s", r.Stdout)
+	}
+	noSecret(t, r, token)
+	if r := e.viaVIP("get", "nodes", "-o", readyNodes); r.Stdout != "lab-mgmt=True,true lab-mgmt-2=True,true lab-mgmt-3=True,true " {
+		t.Fatalf("nodes through the VIP: %+v", r)
+	}
+	if r := e.viaVIP("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`); r.Stdout != "TrueTrueTrueTrueTrue" {
+		t.Errorf("providers through the VIP: %+v", r)
+	}
+	b, _ := os.ReadFile(filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig"))
+	if !strings.Contains(string(b), "server: https://"+lab.VIPAddr+":6443") {
+		t.Errorf("admin kubeconfig is not at the VIP:\n%s", b)
+	}
+	rep, code, out := e.status()
+	if code != 0 || !rep.Healthy || !strings.Contains(out, "3/3 members healthy (lab-mgmt, lab-mgmt-2, lab-mgmt-3)") {
+		t.Errorf("status of the converged cluster: exit %d\n%s", code, out)
+	}
+
+	// Stop the VM holding the VIP.
+	holder := e.viaVIP("get", "lease", "-n", "kube-system", "plndr-cp-lock", "-o", "jsonpath={.spec.holderIdentity}").Stdout
+	i := map[string]int{"lab-mgmt": 0, "lab-mgmt-2": 1, "lab-mgmt-3": 2}[holder]
+	if holder == "" {
+		t.Fatal("nobody holds the VIP")
+	}
+	node := e.Nodes()[i].Name
+	stopped := time.Now()
+	if r := e.OnNode(node, fmt.Sprintf("qm stop %d", lab.VMID+i)); r.Code != 0 {
+		t.Fatal(r)
+	}
+	// kubectl's own timeout paces the tries; the bound is generous, the
+	// time is logged (speed is the benchmark's business).
+	var back time.Duration
+	for time.Since(stopped) < 90*time.Second {
+		if r := e.viaVIP("get", "nodes", "-o", "name"); r.Code == 0 {
+			back = time.Since(stopped)
+			break
+		}
+	}
+	if back == 0 {
+		t.Fatalf("the API does not answer at the VIP after %s stopped", holder)
+	}
+	t.Logf("API back at the VIP %s after %s stopped", back.Round(100*time.Millisecond), holder)
+	rep, code, out = e.status()
+	if code != 1 || !strings.Contains(rep.unhealthy(), "vm/start-vm") || !strings.Contains(out, fmt.Sprintf("start VM %d (%s)", lab.VMID+i, holder)) ||
+		!strings.Contains(out, "degraded, 2/3 members healthy, quorum kept; "+holder+": ") {
+		t.Errorf("status with %s stopped: exit %d\n%s", holder, code, out)
+	}
+	r = e.apply()
+	mustSucceed(t, r, "apply with a server stopped")
+	if !strings.Contains(r.Stdout, fmt.Sprintf("changed: [%s] vm/start-vm: start VM %d (%s)", node, lab.VMID+i, holder)) || !strings.Contains(recap(t, r), "changed=1 ") {
+		t.Errorf("apply did not just start the stopped VM:\n%s", r.Stdout)
+	}
+	if rep, code, out := e.status(); code != 0 || !rep.Healthy {
+		t.Errorf("status after the server rejoined: exit %d\n%s", code, out)
+	}
+
+	// A version bump rolls: each server's upgrade is waited for (its node
+	// Ready) before the next server is touched, and the API stays up.
+	e.editConfig("  kubeconfig:", "  k3s:\n    version: v1.36.3+k3s1\n  kubeconfig:")
+	var (
+		mu      sync.Mutex
+		samples int
+		failed  int
+		stop    = make(chan struct{})
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ok := e.viaVIP("get", "--raw", "/readyz").Code == 0
+			mu.Lock()
+			samples++
+			if !ok {
+				failed++
+			}
+			mu.Unlock()
+		}
+	}()
+	r = e.apply("-o", "json")
+	close(stop)
+	<-done
+	mustSucceed(t, r, "apply of the version bump")
+	t.Logf("API at the VIP during the rolling upgrade: %d of %d probes failed", failed, samples)
+	order := stepOrder(t, r.Stdout, "k3s")
+	want := []string{"lab-mgmt install", "lab-mgmt node-ready", "lab-mgmt-2 install", "lab-mgmt-2 node-ready", "lab-mgmt-3 install", "lab-mgmt-3 node-ready"}
+	if got := strings.Join(order, ","); got != strings.Join(want, ",") {
+		t.Errorf("rolling order: %s\nwant %s", got, strings.Join(want, ","))
+	}
+	if r := e.viaVIP("get", "nodes", "-o", "jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion} {end}"); r.Stdout != "v1.36.3+k3s1 v1.36.3+k3s1 v1.36.3+k3s1 " {
+		t.Errorf("versions after the upgrade: %+v", r)
+	}
+}
+
+// stepOrder lists, from apply's JSON events, the install steps that
+// changed and the node-ready steps that ended, as "host step", in order.
+func stepOrder(t *testing.T, out, phase string) []string {
+	t.Helper()
+	var order []string
+	for _, line := range strings.Split(out, "\n") {
+		var ev struct {
+			Event, Phase, Step, Host, Outcome string
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.Phase != phase || ev.Event != "step" {
+			continue
+		}
+		if (ev.Step == "install" && ev.Outcome == "changed") || ev.Step == "node-ready" {
+			order = append(order, ev.Host+" "+ev.Step)
+		}
+	}
+	return order
+}
+
+// TestHAGrowth: a single server with the VIP (as a user starts who plans
+// to grow) becomes three by adding two servers to mgmt.yaml. The first
+// server is not restarted (its config.yaml does not change), the new ones
+// join it, and the providers stay Ready throughout, as probes through the
+// VIP during the growing apply see.
+func TestHAGrowth(t *testing.T) {
+	e := startHA(t)
+	b, err := os.ReadFile(e.ConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := string(b)
+	lines := strings.Split(full, "\n")
+	var one []string
+	for _, l := range lines {
+		if strings.Contains(l, "{node: pve2") || strings.Contains(l, "{node: pve3") {
+			continue
+		}
+		one = append(one, l)
+	}
+	os.WriteFile(e.ConfigPath(), []byte(strings.Join(one, "\n")), 0o644)
+	mustSucceed(t, e.apply(), "apply of one server")
+	if r := e.viaVIP("get", "nodes", "-o", readyNodes); r.Stdout != "lab-mgmt=True,true " {
+		t.Fatalf("one server through the VIP: %+v", r)
+	}
+
+	os.WriteFile(e.ConfigPath(), []byte(full), 0o644)
+	var (
+		mu                     sync.Mutex
+		probes, down, notReady int
+		stop, done             = make(chan struct{}), make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := e.viaVIP("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`)
+			mu.Lock()
+			probes++
+			switch {
+			case r.Code != 0:
+				down++
+			case r.Stdout != "TrueTrueTrueTrueTrue":
+				notReady++
+			}
+			mu.Unlock()
+		}
+	}()
+	r := e.apply("-o", "json")
+	close(stop)
+	<-done
+	mustSucceed(t, r, "apply of three servers")
+	t.Logf("during the growth: %d probes through the VIP, %d unanswered, %d with a provider not Ready", probes, down, notReady)
+	if notReady > 0 {
+		t.Errorf("a provider was not Ready during the growth (%d of %d probes)", notReady, probes)
+	}
+	for _, ev := range strings.Split(r.Stdout, "\n") {
+		if strings.Contains(ev, `"host":"lab-mgmt",`) && strings.Contains(ev, `"outcome":"changed"`) {
+			t.Errorf("the first server was changed: %s", ev)
+		}
+	}
+	if r := e.viaVIP("get", "nodes", "-o", readyNodes); r.Stdout != "lab-mgmt=True,true lab-mgmt-2=True,true lab-mgmt-3=True,true " {
+		t.Errorf("three servers: %+v", r)
+	}
+	if r := e.apply(); r.Code != 0 || !strings.Contains(recap(t, r), "changed=0 ") {
+		t.Errorf("after the growth, a re-run changed something:\n%s", r.Stdout)
+	}
+}
