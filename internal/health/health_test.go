@@ -144,7 +144,10 @@ func TestRunServers(t *testing.T) {
 	ran := 0
 	extra := map[step.Tag][]Check{step.TagK3s: {
 		{Name: "members", Always: true, Run: func(context.Context) Finding { ran++; return Bad("apply", "srv2 down") }},
-		{Name: "not-always", Run: func(context.Context) Finding { t.Error("a check without Always ran in a blocked phase"); return Good("") }},
+		{Name: "not-always", Run: func(context.Context) Finding {
+			t.Error("a check without Always ran in a blocked phase")
+			return Good("")
+		}},
 	}}
 	r := Run(context.Background(), ps, extra)
 	if got := strings.Join(r.Unhealthy(), ","); got != "vm/start-vm on pve2,k3s/members" || ran != 1 || r.Healthy {
