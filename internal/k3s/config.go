@@ -3,9 +3,7 @@ package k3s
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"strconv"
 	"strings"
 	"time"
@@ -55,15 +53,7 @@ func (s *Config) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *Config) Check(ctx context.Context) (step.Plan, error) {
-	var cur []byte
-	err := fs.ErrNotExist
-	if s.V.Host != nil { // nil: a check run before the VM exists
-		cur, err = s.V.ro().ReadFile(ctx, ConfigPath, true)
-	}
-	action := step.Update
-	if errors.Is(err, fs.ErrNotExist) {
-		action, cur, err = step.Create, nil, nil
-	}
+	cur, action, err := s.V.current(ctx, ConfigPath)
 	if err != nil {
 		return step.Plan{}, err
 	}

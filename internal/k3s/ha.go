@@ -68,15 +68,7 @@ func (s *ClusterToken) Check(ctx context.Context) (step.Plan, error) {
 	if len(token) > 0 && s.Redact != nil {
 		s.Redact(string(token))
 	}
-	var cur []byte
-	err := fs.ErrNotExist
-	if s.V.Host != nil {
-		cur, err = s.V.ro().ReadFile(ctx, TokenPath, true)
-	}
-	action := step.Update
-	if errors.Is(err, fs.ErrNotExist) {
-		action, err = step.Create, nil
-	}
+	cur, action, err := s.V.current(ctx, TokenPath)
 	if err != nil {
 		return step.Plan{}, err
 	}
@@ -237,15 +229,7 @@ func (s *KubeVIP) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *KubeVIP) Check(ctx context.Context) (step.Plan, error) {
-	var cur []byte
-	err := fs.ErrNotExist
-	if s.V.Host != nil {
-		cur, err = s.V.ro().ReadFile(ctx, KubeVIPPath, true)
-	}
-	action := step.Update
-	if errors.Is(err, fs.ErrNotExist) {
-		action, cur, err = step.Create, nil, nil
-	}
+	cur, action, err := s.V.current(ctx, KubeVIPPath)
 	if err != nil {
 		return step.Plan{}, err
 	}

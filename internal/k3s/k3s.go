@@ -6,6 +6,8 @@ package k3s
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -51,6 +53,20 @@ type VM struct {
 	// restarted or upgraded here: an error stops the run before this
 	// server is touched.
 	Gate func(ctx context.Context) error
+}
+
+// current reads a root-owned file on the VM as it is: its bytes and
+// whether writing it creates or updates it. Before the VM exists (a check
+// run) every file is still to create.
+func (v *VM) current(ctx context.Context, path string) ([]byte, step.Action, error) {
+	if v.Host == nil {
+		return nil, step.Create, nil
+	}
+	cur, err := v.ro().ReadFile(ctx, path, true)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, step.Create, nil
+	}
+	return cur, step.Update, err
 }
 
 // gate runs the Gate, if any, for a plan that takes k3s down here.

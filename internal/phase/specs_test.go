@@ -11,19 +11,26 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 )
 
-// TestSpecs: each phase's package gets its part of a loaded config, typed,
-// from the real loader (defaults applied, values parsed).
-func TestSpecs(t *testing.T) {
+// load writes a config with the given spec body and loads it with the
+// real loader, in a home that has an SSH public key.
+func load(t *testing.T, spec string) *config.Loaded {
+	t.Helper()
 	home := t.TempDir()
 	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
 	os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519.pub"), []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBNqX0ocPvUhqnXmSiE1X44IwvtNlnZ+0Zt4F3iHFNQR user@laptop\n"), 0o644)
 	cfg := filepath.Join(t.TempDir(), "mgmt.yaml")
-	os.WriteFile(cfg, []byte(`apiVersion: mgmtctl/v1alpha1
-kind: ManagementCluster
-metadata:
-  name: lab-mgmt
-spec:
-  proxmox:
+	os.WriteFile(cfg, []byte("apiVersion: mgmtctl/v1alpha1\nkind: ManagementCluster\nmetadata:\n  name: lab-mgmt\nspec:\n"+spec), 0o644)
+	l, err := config.Load(cfg, "", config.Env{Home: home, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestSpecs: each phase's package gets its part of a loaded config, typed,
+// from the real loader (defaults applied, values parsed).
+func TestSpecs(t *testing.T) {
+	l := load(t, `  proxmox:
     host: 192.0.2.10
     node: pve
     tokenID: capmox@pve!capi
@@ -32,11 +39,7 @@ spec:
     vlan: 4
     address: 192.0.2.50/24
     gateway: 192.0.2.1
-`), 0o644)
-	l, err := config.Load(cfg, "", config.Env{Home: home, Getenv: func(string) string { return "" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	want := proxmox.Spec{Node: "pve", Storage: "local-lvm", ImageDir: "/var/lib/vz/template/iso", ImageURL: config.DefaultImageURL,
 		ImageSHA256: config.DefaultImageSHA256, VMID: 110, Name: "lab-mgmt", Cores: 2, MemoryMiB: 4096, DiskGiB: 30, Bridge: "vmbr0", VLAN: 4,
 		Net: netip.MustParsePrefix("192.0.2.50/24"), Gateway: "192.0.2.1", Nameservers: []string{"192.0.2.1"}, User: "ubuntu"}
@@ -52,16 +55,7 @@ spec:
 // name, the first server initialises the cluster and the others join it
 // at the VIP, which every server has in its certificate.
 func TestHASpecs(t *testing.T) {
-	home := t.TempDir()
-	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
-	os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519.pub"), []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBNqX0ocPvUhqnXmSiE1X44IwvtNlnZ+0Zt4F3iHFNQR user@laptop\n"), 0o644)
-	cfg := filepath.Join(t.TempDir(), "mgmt.yaml")
-	os.WriteFile(cfg, []byte(`apiVersion: mgmtctl/v1alpha1
-kind: ManagementCluster
-metadata:
-  name: lab-mgmt
-spec:
-  proxmox:
+	l := load(t, `  proxmox:
     tokenID: capmox@pve!capi
   vm:
     gateway: 192.0.2.1
@@ -70,11 +64,7 @@ spec:
     - {node: pve2, host: 192.0.2.11, id: 111, address: 192.0.2.51/24}
     - {node: pve3, host: 192.0.2.12, id: 112, address: 192.0.2.52/24}
   vip: {address: 192.0.2.60}
-`), 0o644)
-	l, err := config.Load(cfg, "", config.Env{Home: home, Getenv: func(string) string { return "" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	if got := vmSpec(&l.Cluster, l.Servers()[2]); got.Node != "pve3" || got.VMID != 112 || got.Name != "lab-mgmt-3" || got.Net != netip.MustParsePrefix("192.0.2.52/24") {
 		t.Errorf("third VM = %+v", got)
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +36,26 @@ func (e *env) viaVIP(args ...string) labtest.Result {
 	e.t.Helper()
 	kc := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
 	return e.Run("", append([]string{labtest.Kubectl(e.t), "--kubeconfig", kc, "--request-timeout", "5s"}, args...)...)
+}
+
+// probing runs run while kubectl through the VIP runs args again and
+// again, each result handed to seen (from one goroutine, in order).
+func (e *env) probing(run func(), seen func(labtest.Result), args ...string) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			seen(e.viaVIP(args...))
+		}
+	}()
+	run()
+	close(stop)
+	<-done
 }
 
 const readyNodes = `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status},{.metadata.labels.node-role\.kubernetes\.io/etcd} {end}`
@@ -116,38 +135,37 @@ func TestHA(t *testing.T) {
 		t.Errorf("status after the server rejoined: exit %d\n%s", code, out)
 	}
 
-	// A version bump rolls: each server's upgrade is waited for (its node
-	// Ready) before the next server is touched, and the API stays up.
+	// A member down (k3s stopped on the third server): a version bump
+	// stops before any server is touched, naming it.
+	kh := filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts")
+	if r := e.SSH("ubuntu", "192.0.2.52", kh, "sudo systemctl stop k3s"); r.Code != 0 {
+		t.Fatal(r)
+	}
 	e.editConfig("  kubeconfig:", "  k3s:\n    version: v1.36.3+k3s1\n  kubeconfig:")
-	var (
-		mu      sync.Mutex
-		samples int
-		failed  int
-		stop    = make(chan struct{})
-		done    = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			ok := e.viaVIP("get", "--raw", "/readyz").Code == 0
-			mu.Lock()
-			samples++
-			if !ok {
-				failed++
-			}
-			mu.Unlock()
+	r = e.apply()
+	if r.Code != 1 || !strings.Contains(r.Stdout+r.Stderr, "etcd member lab-mgmt-3 (") || !strings.Contains(r.Stdout+r.Stderr, "only while every other member is healthy") ||
+		!strings.Contains(recap(t, r), "changed=0 ") {
+		t.Errorf("upgrade with a member down: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := e.viaVIP("get", "nodes", "-o", "jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion} {end}"); strings.Contains(r.Stdout, "v1.36.3") {
+		t.Errorf("a server was upgraded with a member down: %+v", r)
+	}
+	if r := e.SSH("ubuntu", "192.0.2.52", kh, "sudo systemctl start k3s"); r.Code != 0 {
+		t.Fatal(r)
+	}
+
+	// With every member back, the version bump rolls: each server's
+	// upgrade is waited for (its node Ready) before the next server is
+	// touched, and the API stays up but for the VIP's failover.
+	var probes, failed int
+	e.probing(func() { r = e.apply("-o", "json") }, func(r labtest.Result) {
+		probes++
+		if r.Code != 0 {
+			failed++
 		}
-	}()
-	r = e.apply("-o", "json")
-	close(stop)
-	<-done
+	}, "get", "--raw", "/readyz")
 	mustSucceed(t, r, "apply of the version bump")
-	t.Logf("API at the VIP during the rolling upgrade: %d of %d probes failed", failed, samples)
+	t.Logf("API at the VIP during the rolling upgrade: %d of %d probes failed", failed, probes)
 	order := stepOrder(t, r.Stdout, "k3s")
 	want := []string{"lab-mgmt install", "lab-mgmt node-ready", "lab-mgmt-2 install", "lab-mgmt-2 node-ready", "lab-mgmt-3 install", "lab-mgmt-3 node-ready"}
 	if got := strings.Join(order, ","); got != strings.Join(want, ",") {
@@ -204,34 +222,17 @@ func TestHAGrowth(t *testing.T) {
 	}
 
 	os.WriteFile(e.ConfigPath(), []byte(full), 0o644)
-	var (
-		mu                     sync.Mutex
-		probes, down, notReady int
-		stop, done             = make(chan struct{}), make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			r := e.viaVIP("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`)
-			mu.Lock()
-			probes++
-			switch {
-			case r.Code != 0:
-				down++
-			case r.Stdout != "TrueTrueTrueTrueTrue":
-				notReady++
-			}
-			mu.Unlock()
+	var r labtest.Result
+	var probes, down, notReady int
+	e.probing(func() { r = e.apply("-o", "json") }, func(p labtest.Result) {
+		probes++
+		switch {
+		case p.Code != 0:
+			down++
+		case p.Stdout != "TrueTrueTrueTrueTrue":
+			notReady++
 		}
-	}()
-	r := e.apply("-o", "json")
-	close(stop)
-	<-done
+	}, "get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`)
 	mustSucceed(t, r, "apply of three servers")
 	t.Logf("during the growth: %d probes through the VIP, %d unanswered, %d with a provider not Ready", probes, down, notReady)
 	if notReady > 0 {
