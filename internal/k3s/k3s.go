@@ -7,8 +7,8 @@ package k3s
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"strings"
 
