@@ -249,4 +249,43 @@ func TestHAGrowth(t *testing.T) {
 	if r := e.apply(); r.Code != 0 || !strings.Contains(recap(t, r), "changed=0 ") {
 		t.Errorf("after the growth, a re-run changed something:\n%s", r.Stdout)
 	}
+
+	// A Proxmox node's sshd stopped: the run stops while gathering facts,
+	// naming the node, before anything changes anywhere; with sshd back,
+	// there is nothing to do.
+	if err := e.SetFault("stop-sshd", "pve2", true); err != nil {
+		t.Fatal(err)
+	}
+	r = e.apply()
+	if r.Code != 4 || !strings.Contains(r.Stdout+r.Stderr, "pve2 (192.0.2.11:22)") || !strings.Contains(r.Stdout+r.Stderr, "connection refused") ||
+		!strings.Contains(recap(t, r), "changed=0 ") {
+		t.Errorf("apply with pve2's sshd stopped: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if err := e.SetFault("stop-sshd", "pve2", false); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.apply(); r.Code != 0 || !strings.Contains(recap(t, r), "changed=0 ") {
+		t.Errorf("with pve2's sshd back:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+
+	// destroy takes every server's VM, each from its node, and refuses
+	// all of them when one is not mgmtctl's.
+	if r := e.OnNode("pve3", "qm set 112 --tags production"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	r = e.mgmtctl("destroy", "--yes")
+	if r.Code != 1 || !strings.Contains(r.Stdout+r.Stderr, `VM 112 on pve3 is not mgmtctl's`) || e.OnNode("pve1", "qm status 110").Code != 0 {
+		t.Fatalf("destroy with a foreign VM: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	e.OnNode("pve3", "qm set 112 --tags mgmtctl")
+	r = e.mgmtctl("destroy", "--yes")
+	mustSucceed(t, r, "destroy")
+	for i, n := range e.Nodes()[:3] {
+		if want := fmt.Sprintf("destroy VM %d (%s) on %s with its disks", lab.VMID+i, []string{"lab-mgmt", "lab-mgmt-2", "lab-mgmt-3"}[i], n.Name); !strings.Contains(r.Stdout, want) {
+			t.Errorf("destroy did not say %q:\n%s", want, r.Stdout)
+		}
+		if e.OnNode(n.Name, fmt.Sprintf("qm status %d", lab.VMID+i)).Code == 0 {
+			t.Errorf("VM %d left on %s", lab.VMID+i, n.Name)
+		}
+	}
 }

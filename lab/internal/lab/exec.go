@@ -119,6 +119,7 @@ var Faults = map[string]string{
 	"helm-fail":            "helm-install Jobs fail (value: a HelmChart name; empty: every chart)",
 	"provider-never-ready": "a provider's Deployment never becomes Available (value: provider name, e.g. proxmox; empty: every provider)",
 	"drop-connections":     "a host (value: pve, mirror, vm110, ...) drops off the network: its bridge port goes down, so connections to it hang and break",
+	"stop-sshd":            "a Proxmox node's sshd stops (value: the node, e.g. pve2): connections to it are refused while the node itself runs",
 }
 
 // SetFault turns a fault on (with a value) or off.
@@ -148,6 +149,11 @@ func (l *Lab) SetFault(name, value string, on bool) error {
 			return err
 		}
 	}
+	if name == "stop-sshd" {
+		if err := l.stopSSHD(value, on); err != nil {
+			return err
+		}
+	}
 	if !on {
 		err := os.Remove(l.FaultPath(name))
 		if os.IsNotExist(err) {
@@ -159,4 +165,34 @@ func (l *Lab) SetFault(name, value string, on bool) error {
 		return err
 	}
 	return os.WriteFile(l.FaultPath(name), []byte(value+"\n"), 0o644)
+}
+
+// stopSSHD stops a node's sshd (on) or starts it again (off), inside the
+// node, as `systemctl stop ssh` would; the agent's own sshd config and
+// pid file are kept. Off without a value takes the node from the fault's
+// file.
+func (l *Lab) stopSSHD(node string, on bool) error {
+	if node == "" {
+		if b, err := os.ReadFile(l.FaultPath("stop-sshd")); err == nil {
+			node = strings.TrimSpace(string(b))
+		}
+	}
+	if node == "" || !strings.HasPrefix(node, "pve") {
+		return fmt.Errorf("stop-sshd needs a Proxmox node: pve, pve1, pve2, ...")
+	}
+	// The agent reaps its sshd only when it stops, so a killed one stays a
+	// zombie: whether sshd runs is whether port 22 listens.
+	listening := `ss -Hltn 'sport = :22' | grep -q .`
+	script := `kill "$(cat /run/sshd.pid)" || exit 1; for i in $(seq 100); do ` + listening + ` || exit 0; sleep 0.1; done; echo sshd still listening; exit 1`
+	if !on {
+		script = listening + ` || exec /usr/sbin/sshd -f /etc/labsim/sshd_config`
+	}
+	argv, err := l.ExecArgv(node, []string{"sh", "-c", script})
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		return fmt.Errorf("stop-sshd %s: %v: %s", node, err, out)
+	}
+	return nil
 }
