@@ -3,6 +3,7 @@ package phase
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/netip"
 	"slices"
@@ -197,7 +198,7 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.done {
 		return nil
 	}
-	h, err := a.dial(ctx)
+	h, kc, err := a.dial(ctx)
 	if err != nil {
 		if a.s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err) {
 			a.done = true
@@ -205,13 +206,13 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 		}
 		return err
 	}
-	kc, err := h.ReadFile(ctx, k3s.KubeconfigPath, true)
-	if errors.Is(err, fs.ErrNotExist) && a.s.ReadOnly {
-		a.done = true
-		return nil
-	}
-	if err != nil {
-		return err
+	if kc == nil {
+		if a.s.ReadOnly {
+			// A check run before k3s runs: every step is pending.
+			a.done = true
+			return nil
+		}
+		return fmt.Errorf("%s: %w", k3s.KubeconfigPath, fs.ErrNotExist)
 	}
 	if a.s.Redact != nil {
 		a.s.Redact(kubeconfig.Secrets(kc)...)
@@ -225,36 +226,38 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 }
 
 // dial reaches the first server whose VM answers and has k3s's
-// kubeconfig: with several servers, the cluster stays reachable while one
-// is down. A host key error is never passed over.
-func (a *clusterAccess) dial(ctx context.Context) (remote.Host, error) {
-	var first error
+// kubeconfig, and returns that kubeconfig (kept in memory only): with
+// several servers, the cluster stays reachable while one is down. When
+// VMs answer but none has k3s.yaml yet, it returns the first with none.
+// A host key error is never passed over.
+func (a *clusterAccess) dial(ctx context.Context) (remote.Host, []byte, error) {
+	var first remote.Host
+	var unreachable error
 	for _, srv := range a.s.Config.Servers() {
 		h, err := a.s.DialVM(ctx, srv, false, false, nil)
-		if err == nil {
-			if _, err = remote.ReadOnly(h).ReadFile(ctx, k3s.KubeconfigPath, true); err == nil {
-				return h, nil
+		if err != nil {
+			if isHostKeyErr(err) || !remote.IsUnreachable(err) {
+				return nil, nil, err
 			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				return nil, err
-			}
-			if first == nil {
-				first = err
+			if unreachable == nil {
+				unreachable = err
 			}
 			continue
 		}
-		if isHostKeyErr(err) || !remote.IsUnreachable(err) {
-			return nil, err
-		}
-		if first == nil {
-			first = err
+		kc, err := h.ReadFile(ctx, k3s.KubeconfigPath, true)
+		switch {
+		case err == nil:
+			return h, kc, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, nil, err
+		case first == nil:
+			first = h
 		}
 	}
-	if errors.Is(first, fs.ErrNotExist) {
-		// The first server answers but k3s has not run: connect says so.
-		return a.s.DialVM(ctx, a.s.Config.Servers()[0], false, false, nil)
+	if first != nil {
+		return first, nil, nil
 	}
-	return nil, first
+	return nil, nil, unreachable
 }
 
 // etcdHealth is every server's etcd member as its own API server sees
@@ -294,7 +297,7 @@ func (a *clusterAccess) connectVM(ctx context.Context) error {
 		return err
 	}
 	if a.vm == nil && !a.s.ReadOnly {
-		h, err := a.dial(ctx)
+		h, _, err := a.dial(ctx)
 		if err != nil {
 			return err
 		}
