@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"strings"
 	"text/template"
 	"time"
 
@@ -42,7 +43,10 @@ const (
 // registered with the run's redactor, never shown in a plan or a diff,
 // and written mode 0600 owned by root.
 type ClusterToken struct {
-	V, First *VM
+	V *VM
+	// Seed is the server whose token the cluster has: the one that
+	// initialised it, as the run found it.
+	Seed func() *VM
 	// Redact registers the token with the run's redactor.
 	Redact func(values ...string)
 }
@@ -57,11 +61,15 @@ func (s *ClusterToken) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *ClusterToken) Check(ctx context.Context) (step.Plan, error) {
+	first := s.Seed()
+	if first == s.V {
+		return step.Plan{Note: "this server initialises the cluster: k3s makes its token here"}, nil
+	}
 	var token []byte
-	if s.First.Host != nil {
-		b, err := s.First.ro().ReadFile(ctx, ServerTokenPath, true)
+	if first.Host != nil {
+		b, err := first.ro().ReadFile(ctx, ServerTokenPath, true)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return step.Plan{}, fmt.Errorf("read the cluster token on %s: %w", s.First.Name(), err)
+			return step.Plan{}, fmt.Errorf("read the cluster token on %s: %w", first.Name(), err)
 		}
 		token = bytes.TrimSpace(b)
 	}
@@ -76,7 +84,7 @@ func (s *ClusterToken) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Note: TokenPath + " holds the cluster token"}, nil
 	}
 	c := step.Change{Target: TokenPath, Action: action,
-		Summary: fmt.Sprintf("%s %s with the cluster token of %s", action, TokenPath, s.First.Name())}
+		Summary: fmt.Sprintf("%s %s with the cluster token of %s", action, TokenPath, first.Name())}
 	if len(token) > 0 {
 		c.Payload = remote.File{Path: TokenPath, Content: append(token, '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}
 	} else {
@@ -89,10 +97,21 @@ func (s *ClusterToken) Check(ctx context.Context) (step.Plan, error) {
 func (s *ClusterToken) Apply(ctx context.Context, p step.Plan) error {
 	f, ok := p.Changes[0].Payload.(remote.File)
 	if !ok {
-		return fmt.Errorf("%s has no cluster token (%s) yet: k3s is not installed there", s.First.Name(), ServerTokenPath)
+		return fmt.Errorf("%s has no cluster token (%s) yet: k3s is not installed there", s.Seed().Name(), ServerTokenPath)
 	}
 	_, err := s.V.Host.WriteFile(ctx, f)
 	return err
+}
+
+// JoinsCluster says a config.yaml makes its server join a cluster
+// (server:) rather than initialise one.
+func JoinsCluster(config []byte) bool {
+	for _, line := range strings.Split(string(config), "\n") {
+		if strings.HasPrefix(line, "server:") {
+			return true
+		}
+	}
+	return false
 }
 
 // KubeVIPSpec is kube-vip's part of mgmt.yaml.

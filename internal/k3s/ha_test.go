@@ -19,7 +19,7 @@ func TestClusterToken(t *testing.T) {
 	first := &VM{Spec: Spec{Name: "srv1"}, Host: &remotetest.Host{HostName: "srv1", Files: map[string][]byte{ServerTokenPath: []byte(testToken + "\n")}}}
 	joiner := &remotetest.Host{HostName: "srv2", Files: map[string][]byte{}}
 	var redacted []string
-	s := &ClusterToken{V: &VM{Spec: Spec{Name: "srv2"}, Host: joiner}, First: first, Redact: func(v ...string) { redacted = append(redacted, v...) }}
+	s := &ClusterToken{V: &VM{Spec: Spec{Name: "srv2"}, Host: joiner}, Seed: func() *VM { return first }, Redact: func(v ...string) { redacted = append(redacted, v...) }}
 	p, err := s.Check(context.Background())
 	if err != nil || len(p.Changes) != 1 {
 		t.Fatalf("plan %+v, %v", p, err)
@@ -41,7 +41,7 @@ func TestClusterToken(t *testing.T) {
 		t.Errorf("token in place: %+v, %v", p, err)
 	}
 
-	s.First = &VM{Spec: Spec{Name: "srv1"}, Host: &remotetest.Host{HostName: "srv1", Files: map[string][]byte{}}}
+	first = &VM{Spec: Spec{Name: "srv1"}, Host: &remotetest.Host{HostName: "srv1", Files: map[string][]byte{}}}
 	delete(joiner.Files, TokenPath)
 	p, err = s.Check(context.Background())
 	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "once k3s runs there") {
@@ -49,6 +49,18 @@ func TestClusterToken(t *testing.T) {
 	}
 	if err := s.Apply(context.Background(), p); err == nil || !strings.Contains(err.Error(), "srv1 has no cluster token") {
 		t.Errorf("apply without a token: %v", err)
+	}
+
+	// The server that initialises the cluster has nothing to copy.
+	s.V = first
+	if p, err := s.Check(context.Background()); err != nil || !p.Empty() || !strings.Contains(p.Note, "initialises the cluster") {
+		t.Errorf("seed server: %+v, %v", p, err)
+	}
+}
+
+func TestJoinsCluster(t *testing.T) {
+	if JoinsCluster(RenderConfig(Spec{})) || !JoinsCluster(RenderConfig(Spec{Join: "https://192.0.2.60:6443"})) || JoinsCluster(nil) {
+		t.Error("JoinsCluster misreads the rendered configs")
 	}
 }
 

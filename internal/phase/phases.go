@@ -135,8 +135,8 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 		ready := &k3s.NodeReady{V: v, API: a.api, Timeout: s.WaitTimeout}
 		checks[i] = &k3s.HostKeyCheck{Name: srv.Node, VMID: srv.ID, Pinned: func() ssh.PublicKey { return s.VMHostKey(srv) }}
 		steps = append(steps, &k3s.GuestAgent{V: v}, checks[i])
-		if i > 0 {
-			steps = append(steps, &k3s.ClusterToken{V: v, First: vms[0], Redact: s.Redact})
+		if len(servers) > 1 {
+			steps = append(steps, &k3s.ClusterToken{V: v, Seed: func() *k3s.VM { return seed(vms) }, Redact: s.Redact})
 		}
 		if c.Spec.VIP.Addr.IsValid() {
 			steps = append(steps, &k3s.KubeVIP{V: v, Manifest: k3s.KubeVIPManifest(kubeVIPSpec(c))})
@@ -174,10 +174,61 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 					return v.Name(), err
 				}
 			}
+			if len(servers) > 1 {
+				joins, err := firstServerJoins(ctx, vms)
+				if err != nil {
+					return vms[0].Name(), err
+				}
+				if joins {
+					vms[0].Spec.Join = k3sSpec(s.Config, 1).Join
+				}
+			}
 			return strings.Join(names, ","), nil
 		},
 		Steps: steps,
 	}
+}
+
+// firstServerJoins says whether the first server joins the cluster rather
+// than initialising it: its VM was re-created (no k3s) while other
+// servers run the cluster, or it joined once already (its config.yaml
+// has server:). cluster-init there would found a second cluster beside
+// the first, with its own etcd and its own claim on the VIP.
+func firstServerJoins(ctx context.Context, vms []*k3s.VM) (bool, error) {
+	first := vms[0]
+	if first.Host != nil {
+		cur, err := remote.ReadOnly(first.Host).ReadFile(ctx, k3s.ConfigPath, true)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+		if k3s.JoinsCluster(cur) {
+			return true, nil
+		}
+	}
+	if first.Installed != "" {
+		return false, nil
+	}
+	for _, o := range vms[1:] {
+		if o.Installed != "" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// seed is the server whose cluster token the others join with: the first
+// server, unless it joins itself (firstServerJoins), then the first
+// other server k3s runs on.
+func seed(vms []*k3s.VM) *k3s.VM {
+	if vms[0].Spec.Join == "" {
+		return vms[0]
+	}
+	for _, o := range vms[1:] {
+		if o.Installed != "" {
+			return o
+		}
+	}
+	return vms[1]
 }
 
 // clusterAccess reaches the cluster's API through the VM, once per run: the

@@ -250,6 +250,32 @@ func TestHAGrowth(t *testing.T) {
 		t.Errorf("after the growth, a re-run changed something:\n%s", r.Stdout)
 	}
 
+	// The first server's VM lost and re-created: it joins the running
+	// cluster at the VIP with the token of a server that runs it, rather
+	// than found a second cluster; the cluster's data is still there, and
+	// the next run keeps it joined.
+	if r := e.viaVIP("create", "configmap", "before-recreate"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := e.OnNode("pve1", "qm stop 110 && qm destroy 110 --purge"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	r = e.apply()
+	mustSucceed(t, r, "apply with the first server's VM gone")
+	kh := filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts")
+	if r := e.SSH("ubuntu", "192.0.2.50", kh, "sudo cat /etc/rancher/k3s/config.yaml"); !strings.Contains(r.Stdout, "server: \"https://192.0.2.60:6443\"\ntoken-file: /etc/rancher/k3s/cluster-token\n") || strings.Contains(r.Stdout, "cluster-init") {
+		t.Errorf("the re-created first server does not join: %+v", r)
+	}
+	if r := e.viaVIP("get", "nodes", "-o", readyNodes); r.Stdout != "lab-mgmt=True,true lab-mgmt-2=True,true lab-mgmt-3=True,true " {
+		t.Errorf("after the first server rejoined: %+v", r)
+	}
+	if r := e.viaVIP("get", "configmap", "before-recreate", "-o", "name"); r.Stdout != "configmap/before-recreate\n" {
+		t.Errorf("the cluster's data after the first server rejoined: %+v", r)
+	}
+	if r := e.apply(); r.Code != 0 || !strings.Contains(recap(t, r), "changed=0 ") {
+		t.Errorf("after the first server rejoined, a re-run changed something:\n%s", r.Stdout)
+	}
+
 	// A Proxmox node's sshd stopped: the run stops while gathering facts,
 	// naming the node, before anything changes anywhere; with sshd back,
 	// there is nothing to do.
