@@ -53,27 +53,13 @@ func (s *Config) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *Config) Check(ctx context.Context) (step.Plan, error) {
-	cur, action, err := s.V.current(ctx, ConfigPath)
-	if err != nil {
-		return step.Plan{}, err
-	}
-	want := s.V.config()
-	if bytes.Equal(cur, want) {
-		return step.Plan{Note: ConfigPath + " up to date"}, nil
-	}
-	return step.Plan{
-		Changes: []step.Change{{Target: ConfigPath, Action: action, Summary: action.String() + " " + ConfigPath,
-			Diff:    &step.Diff{Path: ConfigPath, Before: string(cur), After: string(want)},
-			Payload: remote.File{Path: ConfigPath, Content: want, Mode: 0o600, Owner: "root:root", Sudo: true}}},
-	}, nil
+	return s.V.filePlan(ctx, ConfigPath, s.V.config())
 }
 
 // Apply implements step.Step: it writes the planned file. It is the
-// example of a file step: the bytes --diff shows are the bytes written.
-func (s *Config) Apply(ctx context.Context, p step.Plan) error {
-	_, err := s.V.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
-	return err
-}
+// example of a file step (with VM.filePlan): the bytes --diff shows are
+// the bytes written.
+func (s *Config) Apply(ctx context.Context, p step.Plan) error { return s.V.writePlanned(ctx, p) }
 
 // Restart restarts k3s when it runs with an older config.yaml than the one
 // on disk: k3s reads its config only when it starts. It decides from what

@@ -248,23 +248,11 @@ func (s *KubeVIP) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *KubeVIP) Check(ctx context.Context) (step.Plan, error) {
-	cur, action, err := s.V.current(ctx, KubeVIPPath)
-	if err != nil {
-		return step.Plan{}, err
-	}
-	if bytes.Equal(cur, s.Manifest) {
-		return step.Plan{Note: KubeVIPPath + " up to date"}, nil
-	}
-	return step.Plan{Changes: []step.Change{{Target: KubeVIPPath, Action: action, Summary: action.String() + " " + KubeVIPPath,
-		Diff:    &step.Diff{Path: KubeVIPPath, Before: string(cur), After: string(s.Manifest)},
-		Payload: remote.File{Path: KubeVIPPath, Content: s.Manifest, Mode: 0o600, Owner: "root:root", Sudo: true}}}}, nil
+	return s.V.filePlan(ctx, KubeVIPPath, s.Manifest)
 }
 
 // Apply implements step.Step.
-func (s *KubeVIP) Apply(ctx context.Context, p step.Plan) error {
-	_, err := s.V.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
-	return err
-}
+func (s *KubeVIP) Apply(ctx context.Context, p step.Plan) error { return s.V.writePlanned(ctx, p) }
 
 // APIAddressTimeout is the default bound of the wait for the VIP.
 const APIAddressTimeout = 2 * time.Minute

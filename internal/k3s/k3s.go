@@ -5,6 +5,7 @@
 package k3s
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,28 @@ func (v *VM) current(ctx context.Context, path string) ([]byte, step.Action, err
 		return nil, step.Create, nil
 	}
 	return cur, step.Update, err
+}
+
+// filePlan is a managed file's plan: nothing when it has want's bytes,
+// else writing them (root's, 0600), with the diff --diff shows. The bytes
+// --diff shows are the bytes written.
+func (v *VM) filePlan(ctx context.Context, path string, want []byte) (step.Plan, error) {
+	cur, action, err := v.current(ctx, path)
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if bytes.Equal(cur, want) {
+		return step.Plan{Note: path + " up to date"}, nil
+	}
+	return step.Plan{Changes: []step.Change{{Target: path, Action: action, Summary: action.String() + " " + path,
+		Diff:    &step.Diff{Path: path, Before: string(cur), After: string(want)},
+		Payload: remote.File{Path: path, Content: want, Mode: 0o600, Owner: "root:root", Sudo: true}}}}, nil
+}
+
+// writePlanned writes the file a plan carries.
+func (v *VM) writePlanned(ctx context.Context, p step.Plan) error {
+	_, err := v.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
+	return err
 }
 
 // gate runs the Gate, if any, for a plan that takes k3s down here.

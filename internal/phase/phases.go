@@ -118,13 +118,13 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 			v.Gate = func(ctx context.Context) error {
 				// The members are the servers k3s runs on; one still to
 				// be installed (a cluster growing) is not one yet.
-				members := []string{}
+				var members []string
 				for _, o := range vms {
 					if o.Installed != "" {
 						members = append(members, o.Name())
 					}
 				}
-				hs, err := a.etcdHealth(ctx, members...)
+				hs, err := a.etcdHealth(ctx, members)
 				if err != nil || hs == nil {
 					return err
 				}
@@ -159,17 +159,14 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 				}
 				checks[i].Node = pve
 				h, err := s.DialVM(ctx, srv, false, false, nil)
-				if err != nil {
-					if s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err) {
-						// A check run before the VM exists: every step is pending.
-						if err := v.Gather(ctx); err != nil {
-							return v.Name(), err
-						}
-						continue
-					}
+				switch {
+				case err == nil:
+					v.Host = h
+				case s.ReadOnly && remote.IsUnreachable(err) && !isHostKeyErr(err):
+					// A check run before the VM exists: every step is pending.
+				default:
 					return v.Name(), err
 				}
-				v.Host = h
 				if err := v.Gather(ctx); err != nil {
 					return v.Name(), err
 				}
@@ -180,7 +177,7 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 					return vms[0].Name(), err
 				}
 				if joins {
-					vms[0].Spec.Join = k3sSpec(s.Config, 1).Join
+					vms[0].Spec.Join = apiURL(s.Config)
 				}
 			}
 			return strings.Join(names, ","), nil
@@ -205,15 +202,18 @@ func firstServerJoins(ctx context.Context, vms []*k3s.VM) (bool, error) {
 			return true, nil
 		}
 	}
-	if first.Installed != "" {
-		return false, nil
-	}
+	return first.Installed == "" && runningOther(vms) != nil, nil
+}
+
+// runningOther is the first server after the first that k3s runs on, or
+// nil.
+func runningOther(vms []*k3s.VM) *k3s.VM {
 	for _, o := range vms[1:] {
 		if o.Installed != "" {
-			return true, nil
+			return o
 		}
 	}
-	return false, nil
+	return nil
 }
 
 // seed is the server whose cluster token the others join with: the first
@@ -223,10 +223,8 @@ func seed(vms []*k3s.VM) *k3s.VM {
 	if vms[0].Spec.Join == "" {
 		return vms[0]
 	}
-	for _, o := range vms[1:] {
-		if o.Installed != "" {
-			return o
-		}
+	if o := runningOther(vms); o != nil {
+		return o
 	}
 	return vms[1]
 }
@@ -311,9 +309,10 @@ func (a *clusterAccess) dial(ctx context.Context) (remote.Host, []byte, error) {
 	return nil, nil, unreachable
 }
 
-// etcdHealth is every server's etcd member as its own API server sees
-// it; nil while k3s has not run yet (a check run before the cluster).
-func (a *clusterAccess) etcdHealth(ctx context.Context, only ...string) ([]k3s.MemberHealth, error) {
+// etcdHealth is the etcd members of the named servers, each as its own
+// API server sees it; nil while k3s has not run yet (a check run before
+// the cluster).
+func (a *clusterAccess) etcdHealth(ctx context.Context, members []string) ([]k3s.MemberHealth, error) {
 	if err := a.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -322,7 +321,7 @@ func (a *clusterAccess) etcdHealth(ctx context.Context, only ...string) ([]k3s.M
 	}
 	var ms []k3s.Member
 	for _, srv := range a.s.Config.Servers() {
-		if only != nil && !slices.Contains(only, srv.Name) {
+		if !slices.Contains(members, srv.Name) {
 			continue
 		}
 		ms = append(ms, k3s.Member{Name: srv.Name, Dial: func(ctx context.Context) (remote.Host, error) {
@@ -404,8 +403,12 @@ func capiPhase(s *Session, a *clusterAccess) step.Phase {
 
 // server is the API's URL for the laptop's kubeconfigs: the VIP when
 // there is one.
-func (a *clusterAccess) server() string {
-	return "https://" + netip.AddrPortFrom(a.s.Config.APIAddr(), 6443).String()
+func (a *clusterAccess) server() string { return apiURL(a.s.Config) }
+
+// apiURL is the cluster's API as everything outside a server reaches it:
+// the laptop's kubeconfigs, and the servers that join.
+func apiURL(l *config.Loaded) string {
+	return "https://" + netip.AddrPortFrom(l.APIAddr(), 6443).String()
 }
 
 func kubeconfigPhase(s *Session, a *clusterAccess) step.Phase {

@@ -1,8 +1,6 @@
 package phase
 
 import (
-	"net/netip"
-
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
@@ -27,7 +25,7 @@ func k3sSpec(l *config.Loaded, i int) k3s.Spec {
 	s := k3s.Spec{Name: srv.Name, IP: srv.Net.Addr(), Version: c.Spec.K3s.Release, InstallScriptURL: c.Spec.K3s.InstallScriptURL,
 		VIP: c.Spec.VIP.Addr}
 	if i > 0 {
-		s.Join = "https://" + netip.AddrPortFrom(l.APIAddr(), 6443).String()
+		s.Join = apiURL(l)
 	}
 	return s
 }

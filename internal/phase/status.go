@@ -85,8 +85,12 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 	}
 	if len(s.Config.Servers()) > 1 {
 		a := &clusterAccess{s: s}
+		var all []string
+		for _, srv := range s.Config.Servers() {
+			all = append(all, srv.Name)
+		}
 		extras[step.TagK3s] = []health.Check{{Name: "etcd-members", Always: true, Run: func(ctx context.Context) health.Finding {
-			return etcdFinding(ctx, a)
+			return etcdFinding(ctx, a, all)
 		}}}
 	}
 	return extras
@@ -95,8 +99,8 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 // etcdFinding is the servers' etcd members, each as its own API server
 // sees it, and who holds the VIP: degraded (named) while one is down,
 // even though the API still answers.
-func etcdFinding(ctx context.Context, a *clusterAccess) health.Finding {
-	hs, err := a.etcdHealth(ctx)
+func etcdFinding(ctx context.Context, a *clusterAccess, members []string) health.Finding {
+	hs, err := a.etcdHealth(ctx, members)
 	if err != nil {
 		return health.Bad("mgmtctl apply", "no server's API reached: %v", err)
 	}
