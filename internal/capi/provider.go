@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
@@ -179,6 +178,13 @@ func (s *ProviderStep) observe(ctx context.Context) (*unstructured.Unstructured,
 		return u, false, "", fmt.Errorf("%s: preflight failed: %s: %s", s.P.Ref(), c.Reason, c.Message)
 	}
 	if st.ObservedGeneration < u.GetGeneration() {
+		// The operator records a failed reconcile in the condition of
+		// the phase that failed (its own observedGeneration is the
+		// CR's), and observedGeneration only once a reconcile succeeds:
+		// while it retries, that condition is what holds it up.
+		if t, c, ok := st.FailingAt(u.GetGeneration()); ok {
+			return u, false, fmt.Sprintf("%s=%s (%s: %s)", t, c.Status, c.Reason, c.Message), nil
+		}
 		return u, false, fmt.Sprintf("the operator has not reconciled generation %d yet", u.GetGeneration()), nil
 	}
 	if st.Ready() && st.InstalledVersion == s.P.Version {
@@ -190,24 +196,14 @@ func (s *ProviderStep) observe(ctx context.Context) (*unstructured.Unstructured,
 func (s *ProviderStep) wait(ctx context.Context) error {
 	last := "not reconciled yet"
 	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.P.Name).String()}
-	cleared := false
 	err := kube.Until(ctx, []kube.WatchFunc{func(ctx context.Context) (watch.Interface, error) { return s.client().Watch(ctx, sel) }},
 		func(ctx context.Context) (bool, error) {
-			u, ok, why, err := s.observe(ctx)
+			_, ok, why, err := s.observe(ctx)
 			if why != "" && why != last {
 				step.Progress(ctx, s.P.Ref()+": "+why)
 				last = why
 			}
-			if err != nil || ok || cleared || u == nil {
-				return ok, err
-			}
-			stale, err := s.staleCache(ctx, u)
-			if err != nil || stale == "" {
-				return false, err
-			}
-			cleared = true
-			step.Progress(ctx, fmt.Sprintf("%s: the upgrade is stuck on the operator's stale cache Secret %s/%s (cluster-api-operator #1075); deleting it", s.P.Ref(), s.P.Namespace, stale))
-			return false, s.clearCache(ctx, stale)
+			return ok, err
 		})
 	if err == nil || ctx.Err() == nil {
 		return err
@@ -251,49 +247,12 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 	return b.String()
 }
 
-// CacheSecret is the operator's cache of a provider version's components
-// (upstream-facts 4.5).
-func (p Provider) CacheSecret() string {
-	return fmt.Sprintf("%s-%s-%s-cache", p.Kind.Prefix, p.Name, p.Version)
-}
-
-// staleCache returns the cache Secret an upgrade is stuck on: the operator
-// has reconciled this generation of u (the provider as just read) and
-// reports Ready, yet installedVersion is not the pin, because it applied an
-// old cache Secret of the pinned version whose hash matched again instead
-// of installing (upstream #873, #1075).
-func (s *ProviderStep) staleCache(ctx context.Context, u *unstructured.Unstructured) (string, error) {
-	st := ReadStatus(u)
-	if st.ObservedGeneration < u.GetGeneration() || !st.Ready() || st.InstalledVersion == "" || st.InstalledVersion == s.P.Version {
-		return "", nil
-	}
-	_, err := s.C.API().Typed.CoreV1().Secrets(s.P.Namespace).Get(ctx, s.P.CacheSecret(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return s.P.CacheSecret(), nil
-}
-
-// clearCache deletes the stale cache Secret and touches the provider so
-// the operator reconciles it again (it does not watch its cache Secrets).
-// The annotation is written by a merge patch, not by mgmtctl's apply, so
-// it never shows up as a difference on later runs.
-func (s *ProviderStep) clearCache(ctx context.Context, name string) error {
-	if err := s.C.API().Typed.CoreV1().Secrets(s.P.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete stale cache Secret %s/%s: %w", s.P.Namespace, name, err)
-	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{"mgmtctl.io/cache-cleared":%q}}}`, time.Now().UTC().Format(time.RFC3339))
-	if _, err := s.client().Patch(ctx, s.P.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager + "-cache-clear"}); err != nil {
-		return fmt.Errorf("ask the operator to reconcile %s again: %w", s.P.Ref(), err)
-	}
-	return nil
-}
-
 // Condition is one of a provider's status conditions.
-type Condition struct{ Status, Reason, Message string }
+type Condition struct {
+	Status, Reason, Message string
+	// ObservedGeneration is the generation the condition was set for.
+	ObservedGeneration int64
+}
 
 // Status is what the operator reports on a provider CR.
 type Status struct {
@@ -318,9 +277,21 @@ func ReadStatus(u *unstructured.Unstructured) Status {
 		cd.Status, _ = m["status"].(string)
 		cd.Reason, _ = m["reason"].(string)
 		cd.Message, _ = m["message"].(string)
+		cd.ObservedGeneration, _, _ = unstructured.NestedInt64(m, "observedGeneration")
 		st.Conditions[t] = cd
 	}
 	return st
+}
+
+// FailingAt is the first of the operator's phase conditions that is False
+// for generation gen.
+func (st Status) FailingAt(gen int64) (string, Condition, bool) {
+	for _, t := range []string{"PreflightCheckPassed", "ProviderInstalled", "ProviderUpgraded"} {
+		if c, ok := st.Conditions[t]; ok && c.Status == "False" && c.ObservedGeneration == gen {
+			return t, c, true
+		}
+	}
+	return "", Condition{}, false
 }
 
 // Ready reports the Ready condition.

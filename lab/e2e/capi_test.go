@@ -50,13 +50,6 @@ func noSecret(t *testing.T, r labtest.Result, secrets ...string) {
 	}
 }
 
-// k3sServerLog is what the lab's k3s server (with its helm-controller
-// and operator) logged.
-func (e *env) k3sServerLog() string {
-	b, _ := os.ReadFile(filepath.Join(e.VMDisk(lab.VMID), "upper/var/log/k3s.log"))
-	return string(b)
-}
-
 const allProviders = "coreproviders,bootstrapproviders,controlplaneproviders,infrastructureproviders,ipamproviders"
 
 // TestFullRun is the whole mission on a fresh lab: every phase converges,
@@ -167,11 +160,13 @@ func TestFullRun(t *testing.T) {
 	if got := recap(t, r); !strings.Contains(got, "changed=2 ") {
 		t.Errorf("bump: %s\n%s", got, r.Stdout)
 	}
-	log := e.k3sServerLog()
-	coreDone := strings.Index(log, "installed CoreProvider capi-system/cluster-api v1.12.11")
-	infraSeen := strings.Index(log, "reconciling InfrastructureProvider capmox-system/proxmox generation 3 (spec.version v0.9.1)")
+	// In the operator's own log: the core provider's upgrade finished
+	// before the infrastructure provider's began.
+	log := e.operatorLog(110)
+	coreDone := strings.Index(log, `"Provider successfully upgraded" controller="coreprovider"`)
+	infraSeen := strings.Index(log, `"Version changes detected, updating existing components" controller="infrastructureprovider"`)
 	if coreDone < 0 || infraSeen < 0 || infraSeen < coreDone {
-		t.Errorf("bump order: core installed at %d, infrastructure first seen at %d", coreDone, infraSeen)
+		t.Errorf("bump order: core upgraded at %d, infrastructure's upgrade begun at %d in the operator's log", coreDone, infraSeen)
 	}
 	if got := e.adminKubectl("get", "coreprovider", "-n", "capi-system", "cluster-api", "-o", `jsonpath={.status.conditions[?(@.type=="ProviderUpgraded")].status} {.status.conditions[?(@.type=="ProviderUpgraded")].message}`).Stdout; got != "True Provider upgraded successfully" {
 		t.Errorf("core ProviderUpgraded: %q", got)
@@ -181,20 +176,37 @@ func TestFullRun(t *testing.T) {
 		t.Errorf("after bump: %q", r.Stdout)
 	}
 
-	// Back to the earlier core version: the operator still has that
-	// version's cache Secret, whose hash matches again, and applies it
-	// without installing (upstream #873, #1075). mgmtctl sees the upgrade
-	// stuck, deletes the stale cache and says so; the operator installs.
+	// Back to the earlier core patch release: the operator still has that
+	// version's cache Secret; v0.28.0 installs all the same (upstream
+	// #873, #1075 are fixed there: mgmtctl has no workaround left).
 	e.editConfig("{type: core, name: cluster-api, version: v1.12.11}", "{type: core, name: cluster-api, version: v1.12.10}")
 	r = e.apply("--tags", "capi", "--diff")
 	mustSucceed(t, r, "back to v1.12.10")
 	noSecret(t, r, secret, rotated)
-	if !strings.Contains(r.Stdout, "stale cache Secret capi-system/core-cluster-api-v1.12.10-cache (cluster-api-operator #1075); deleting it") {
-		t.Errorf("stale cache not reported:\n%s", r.Stdout)
-	}
 	if got := e.adminKubectl("get", "coreprovider", "-n", "capi-system", "cluster-api", "-o", "jsonpath={.status.installedVersion}").Stdout; got != "v1.12.10" {
-		t.Errorf("core after the stale cache: %q", got)
+		t.Errorf("core back at v1.12.10: %q", got)
 	}
+
+	// A version the provider never released: the operator's condition,
+	// reason and message, are what the step reports.
+	e.editConfig("version: v0.9.1}", "version: v0.9.99}")
+	r = e.apply("--tags", "capi", "--wait-timeout", "30s")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "ProviderInstalled=False ComponentsFetchError: ") || !strings.Contains(r.Stderr, "release not found for version v0.9.99") ||
+		!strings.Contains(r.Stdout, "InfrastructureProvider capmox-system/proxmox: ProviderInstalled=False (ComponentsFetchError: ") {
+		t.Errorf("unreleased version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	e.editConfig("version: v0.9.99}", "version: v0.9.1}")
+	mustSucceed(t, e.apply("--tags", "capi"), "back to the released version")
+
+	// A minor downgrade: the operator's preflight refuses it, and the
+	// step stops at once with its reason.
+	e.editConfig("{type: ipam, name: in-cluster, version: v1.1.1}", "{type: ipam, name: in-cluster, version: v1.0.3}")
+	r = e.apply("--tags", "capi", "--wait-timeout", "2m")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "preflight failed: UnsupportedProviderDowngradeReason: ") {
+		t.Errorf("minor downgrade: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	e.editConfig("{type: ipam, name: in-cluster, version: v1.0.3}", "{type: ipam, name: in-cluster, version: v1.1.1}")
+	mustSucceed(t, e.apply("--tags", "capi"), "back to the pinned IPAM provider")
 
 	// A chart version the repository does not have: helm-controller
 	// retries the Job, so the chart step fails at its bound, with helm's

@@ -57,7 +57,27 @@ type env struct {
 func start(t *testing.T) *env {
 	labtest.Skip(t)
 	bin := binary(t)
-	return &env{Lab: labtest.Start(t), t: t, bin: bin}
+	e := &env{Lab: labtest.Start(t), t: t, bin: bin}
+	t.Cleanup(e.noSkippedConfigKeys)
+	return e
+}
+
+// noSkippedConfigKeys fails the test if any server's k3s skipped a
+// config.yaml key it has no flag for: a typo in what mgmtctl writes
+// would otherwise go unnoticed, as k3s only warns.
+func (e *env) noSkippedConfigKeys() {
+	logs, _ := filepath.Glob(filepath.Join(e.Dir, "vms", "*", "upper/var/log/k3s.log"))
+	for _, p := range logs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "found in config.yaml, skipping") {
+				e.t.Errorf("%s: %s", p, l)
+			}
+		}
+	}
 }
 
 // startBench is start for a benchmark.

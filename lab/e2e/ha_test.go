@@ -27,7 +27,9 @@ func startHA(t testing.TB) *env {
 	if err := os.WriteFile(l.ConfigPath(), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &env{Lab: l, t: t, bin: bin}
+	e := &env{Lab: l, t: t, bin: bin}
+	t.Cleanup(e.noSkippedConfigKeys)
+	return e
 }
 
 // viaVIP runs kubectl with the admin kubeconfig mgmtctl wrote, whose

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,8 +30,24 @@ var (
 // KubectlLDFlags stamps the Kubernetes version the lab is built from.
 const KubectlLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
 
+// Versions of upstream's binaries the lab builds from lab/upstream (as
+// the Makefile does).
+const (
+	OperatorVersion   = "v0.28.0"
+	ClusterctlVersion = "v1.12.10"
+)
+
 // Kubectl is the path of the lab's kubectl (built with Binary).
 func Kubectl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "kubectl") }
+
+// Clusterctl is the path of upstream's clusterctl (built with Binary).
+func Clusterctl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "clusterctl") }
+
+// upstreamModule is lab/upstream, the module upstream's binaries build in.
+func upstreamModule() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "upstream")
+}
 
 // Binary builds labsim (with the k3s simulator and kubectl beside it) once
 // and returns its path.
@@ -50,6 +67,17 @@ func Binary(t testing.TB) string {
 			{filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl"},
 		} {
 			out, err := exec.Command("go", "build", "-ldflags", KubectlLDFlags, "-o", b.out, b.pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		// Upstream's operator (run by the lab's kubelet) and clusterctl.
+		for _, b := range []struct{ out, pkg, ldflags string }{
+			{filepath.Join(dir, "cluster-api-operator-"+OperatorVersion), "sigs.k8s.io/cluster-api-operator/cmd", "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=" + OperatorVersion},
+			{filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion},
+		} {
+			out, err := exec.Command("go", "-C", upstreamModule(), "build", "-ldflags", b.ldflags, "-o", b.out, b.pkg).CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
 				return

@@ -42,11 +42,22 @@ type Provider struct {
 	Repo       string // GitHub repository, owner/name
 	Components string // release asset with the components
 	Versions   []string
-	// Deployment and its upstream namespace (upstream-facts 4.7).
-	Deployment string
-	Image      string
-	// Contract by minor release series ("1.12" -> "v1beta2").
-	Contracts map[string]string
+	// Namespace is where upstream's kustomize puts the components.
+	Namespace string
+	// Deployment is the controller's Deployment (upstream-facts 4.7), and
+	// Prefix the kustomize namePrefix of the rest (ServiceAccount, RBAC).
+	Deployment, Prefix string
+	Image              string
+	// CRDs are the fixture files (shared/fixtures/crds/<dir>/) the
+	// components carry: a glob per entry.
+	CRDs []string
+	// Metadata is the release's metadata.yaml, a fixture under
+	// shared/fixtures/providers/.
+	Metadata string
+	// Templates are further release assets, fixtures under
+	// shared/fixtures/providers/ served under their base name
+	// (cluster-template.yaml for clusterctl generate cluster).
+	Templates []string
 	// Variables the components need, filled from the configSecret.
 	Variables []string
 }
@@ -65,26 +76,29 @@ func (p Provider) AssetURL(v, asset string) string {
 	return fmt.Sprintf("https://github.com/%s/releases/download/%s/%s", p.Repo, v, asset)
 }
 
-var capiContracts = map[string]string{"1.12": "v1beta2", "1.11": "v1beta2", "1.10": "v1beta1"}
-
 // Providers are the providers of a Proxmox management cluster.
 var Providers = []Provider{
 	{Type: "core", Kind: "CoreProvider", Name: "cluster-api", Repo: "kubernetes-sigs/cluster-api", Components: "core-components.yaml",
-		Versions: []string{"v1.12.10", "v1.12.11"}, Deployment: "capi-controller-manager",
-		Image: "registry.k8s.io/cluster-api/cluster-api-controller", Contracts: capiContracts},
+		Versions: []string{"v1.12.10", "v1.12.11"}, Namespace: "capi-system", Deployment: "capi-controller-manager", Prefix: "capi-",
+		Image: "registry.k8s.io/cluster-api/cluster-api-controller", Metadata: "cluster-api/metadata.yaml",
+		CRDs: []string{"cluster-api/cluster.x-k8s.io_*.yaml", "cluster-api/addons.cluster.x-k8s.io_*.yaml", "cluster-api/runtime.cluster.x-k8s.io_*.yaml", "cluster-api/ipam.cluster.x-k8s.io_*.yaml"}},
 	{Type: "bootstrap", Kind: "BootstrapProvider", Name: "kubeadm", Repo: "kubernetes-sigs/cluster-api", Components: "bootstrap-components.yaml",
-		Versions: []string{"v1.12.10", "v1.12.11"}, Deployment: "capi-kubeadm-bootstrap-controller-manager",
-		Image: "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller", Contracts: capiContracts},
+		Versions: []string{"v1.12.10", "v1.12.11"}, Namespace: "capi-kubeadm-bootstrap-system", Deployment: "capi-kubeadm-bootstrap-controller-manager", Prefix: "capi-kubeadm-bootstrap-",
+		Image: "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller", Metadata: "cluster-api/metadata.yaml",
+		CRDs: []string{"cluster-api/bootstrap.cluster.x-k8s.io_*.yaml"}},
 	{Type: "control-plane", Kind: "ControlPlaneProvider", Name: "kubeadm", Repo: "kubernetes-sigs/cluster-api", Components: "control-plane-components.yaml",
-		Versions: []string{"v1.12.10", "v1.12.11"}, Deployment: "capi-kubeadm-control-plane-controller-manager",
-		Image: "registry.k8s.io/cluster-api/kubeadm-control-plane-controller", Contracts: capiContracts},
+		Versions: []string{"v1.12.10", "v1.12.11"}, Namespace: "capi-kubeadm-control-plane-system", Deployment: "capi-kubeadm-control-plane-controller-manager", Prefix: "capi-kubeadm-control-plane-",
+		Image: "registry.k8s.io/cluster-api/kubeadm-control-plane-controller", Metadata: "cluster-api/metadata.yaml",
+		CRDs: []string{"cluster-api/controlplane.cluster.x-k8s.io_*.yaml"}},
 	{Type: "infrastructure", Kind: "InfrastructureProvider", Name: "proxmox", Repo: "ionos-cloud/cluster-api-provider-proxmox", Components: "infrastructure-components.yaml",
-		Versions: []string{"v0.9.0", "v0.9.1"}, Deployment: "capmox-controller-manager",
-		Image: "ghcr.io/ionos-cloud/cluster-api-provider-proxmox", Contracts: map[string]string{"0.9": "v1beta2", "0.8": "v1beta2", "0.7": "v1beta1"},
+		Versions: []string{"v0.9.0", "v0.9.1"}, Namespace: "capmox-system", Deployment: "capmox-controller-manager", Prefix: "capmox-",
+		Image: "ghcr.io/ionos-cloud/cluster-api-provider-proxmox", Metadata: "capmox/metadata.yaml",
+		CRDs: []string{"capmox/*.yaml"}, Templates: []string{"capmox/cluster-template.yaml"},
 		Variables: []string{"PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET"}},
 	{Type: "ipam", Kind: "IPAMProvider", Name: "in-cluster", Repo: "kubernetes-sigs/cluster-api-ipam-provider-in-cluster", Components: "ipam-components.yaml",
-		Versions: []string{"v1.0.3", "v1.1.1"}, Deployment: "capi-ipam-in-cluster-controller-manager",
-		Image: "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller", Contracts: map[string]string{"1.0": "v1beta1", "1.1": "v1beta2"}},
+		Versions: []string{"v1.0.3", "v1.1.1"}, Namespace: "capi-ipam-in-cluster-system", Deployment: "capi-ipam-in-cluster-controller-manager", Prefix: "capi-ipam-in-cluster-",
+		Image: "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller", Metadata: "ipam-in-cluster/metadata.yaml",
+		CRDs: []string{"ipam-in-cluster/*.yaml"}},
 }
 
 // Lookup finds a predefined provider by its operator type and name.
@@ -97,57 +111,168 @@ func Lookup(typ, name string) (Provider, bool) {
 	return Provider{}, false
 }
 
-// Metadata renders a release's metadata.yaml (clusterctl's format).
-func (p Provider) Metadata() string {
-	var b strings.Builder
-	b.WriteString("apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n")
-	for series, contract := range p.Contracts {
-		maj, min, _ := strings.Cut(series, ".")
-		fmt.Fprintf(&b, "- major: %s\n  minor: %s\n  contract: %s\n", maj, min, contract)
+// ByLabel finds a provider by its cluster.x-k8s.io/provider label.
+func ByLabel(label string) (Provider, bool) {
+	for _, p := range Providers {
+		if p.Label() == label {
+			return p, true
+		}
 	}
-	return b.String()
+	return Provider{}, false
 }
 
-// ComponentsYAML renders a release's components: the namespace upstream's
-// kustomize puts them in, the controller Deployment, and for CAPMOX the
-// credentials Secret filled from the variables (upstream-facts 4.7).
-func (p Provider) ComponentsYAML(v string) string {
-	ns := map[string]string{
-		"capi-controller-manager":                       "capi-system",
-		"capi-kubeadm-bootstrap-controller-manager":     "capi-kubeadm-bootstrap-system",
-		"capi-kubeadm-control-plane-controller-manager": "capi-kubeadm-control-plane-system",
-		"capmox-controller-manager":                     "capmox-system",
-		"capi-ipam-in-cluster-controller-manager":       "capi-ipam-in-cluster-system",
-	}[p.Deployment]
+// ComponentsYAML renders a release's components as upstream's kustomize
+// lays them out: the Namespace, the provider's real CRDs (crds holds the
+// fixture files read from CRDs, in order), the manager's ServiceAccount,
+// its RBAC and its Deployment, and for CAPMOX the credentials Secret
+// whose values are clusterctl variables. Provider webhooks are left out:
+// no provider controller runs in the lab to serve them (docs/lab.md).
+func (p Provider) ComponentsYAML(v string, crds [][]byte) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n    cluster.x-k8s.io/provider: %s\n", ns, p.Label())
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Namespace\nmetadata:\n  labels:\n    cluster.x-k8s.io/provider: %s\n    control-plane: controller-manager\n  name: %s\n", p.Label(), p.Namespace)
+	for _, c := range crds {
+		b.WriteString("---\n")
+		b.WriteString(strings.TrimPrefix(strings.TrimSpace(string(c)), "---\n"))
+		b.WriteString("\n")
+	}
+	sa := p.Prefix + "manager"
+	fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  labels:
+    cluster.x-k8s.io/provider: %[1]s
+  name: %[2]s
+  namespace: %[3]s
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  labels:
+    cluster.x-k8s.io/provider: %[1]s
+  name: %[4]sleader-election-role
+  namespace: %[3]s
+rules:
+- apiGroups:
+  - coordination.k8s.io
+  resources:
+  - leases
+  verbs:
+  - get
+  - list
+  - watch
+  - create
+  - update
+  - patch
+  - delete
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  labels:
+    cluster.x-k8s.io/provider: %[1]s
+  name: %[4]smanager-role
+rules:
+- apiGroups:
+  - ""
+  resources:
+  - configmaps
+  - events
+  - secrets
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - cluster.x-k8s.io
+  - bootstrap.cluster.x-k8s.io
+  - controlplane.cluster.x-k8s.io
+  - infrastructure.cluster.x-k8s.io
+  - ipam.cluster.x-k8s.io
+  - addons.cluster.x-k8s.io
+  - runtime.cluster.x-k8s.io
+  resources:
+  - '*'
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - patch
+  - update
+  - watch
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  labels:
+    cluster.x-k8s.io/provider: %[1]s
+  name: %[4]sleader-election-rolebinding
+  namespace: %[3]s
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: %[4]sleader-election-role
+subjects:
+- kind: ServiceAccount
+  name: %[2]s
+  namespace: %[3]s
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  labels:
+    cluster.x-k8s.io/provider: %[1]s
+  name: %[4]smanager-rolebinding
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: %[4]smanager-role
+subjects:
+- kind: ServiceAccount
+  name: %[2]s
+  namespace: %[3]s
+`, p.Label(), sa, p.Namespace, p.Prefix)
 	if len(p.Variables) > 0 {
-		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: capmox-manager-credentials\n  namespace: %s\n  labels:\n    cluster.x-k8s.io/provider: %s\n    platform.ionos.com/secret-type: proxmox-credentials\ntype: Opaque\nstringData:\n  url: ${PROXMOX_URL}\n  token: ${PROXMOX_TOKEN}\n  secret: ${PROXMOX_SECRET}\n", ns, p.Label())
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Secret\nmetadata:\n  labels:\n    cluster.x-k8s.io/provider: %s\n    platform.ionos.com/secret-type: proxmox-credentials\n  name: capmox-manager-credentials\n  namespace: %s\nstringData:\n  secret: ${PROXMOX_SECRET}\n  token: ${PROXMOX_TOKEN}\n  url: ${PROXMOX_URL}\ntype: Opaque\n", p.Label(), p.Namespace)
 	}
 	fmt.Fprintf(&b, `---
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: %s
-  namespace: %s
   labels:
-    cluster.x-k8s.io/provider: %s
+    cluster.x-k8s.io/provider: %[1]s
     control-plane: controller-manager
+  name: %[2]s
+  namespace: %[3]s
 spec:
   replicas: 1
   selector:
     matchLabels:
-      cluster.x-k8s.io/provider: %s
+      cluster.x-k8s.io/provider: %[1]s
       control-plane: controller-manager
   template:
     metadata:
       labels:
-        cluster.x-k8s.io/provider: %s
+        cluster.x-k8s.io/provider: %[1]s
         control-plane: controller-manager
     spec:
       containers:
-      - name: manager
-        image: %s:%s
-`, p.Deployment, ns, p.Label(), p.Label(), p.Label(), p.Image, v)
+      - args:
+        - --leader-elect
+        - --diagnostics-address=${CAPI_DIAGNOSTICS_ADDRESS:=:8443}
+        - --insecure-diagnostics=${CAPI_INSECURE_DIAGNOSTICS:=false}
+        command:
+        - /manager
+        image: %[4]s:%[5]s
+        imagePullPolicy: IfNotPresent
+        name: manager
+      serviceAccountName: %[6]s
+      terminationGracePeriodSeconds: 10
+`, p.Label(), p.Deployment, p.Namespace, p.Image, v, sa)
 	return b.String()
 }

@@ -16,10 +16,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
@@ -226,14 +228,6 @@ func truthy(m map[string]any, path ...string) (bool, bool) {
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// cert-manager's CRDs, installed when crds.enabled (or the deprecated
-// installCRDs) is set; the lab keeps their schemas open.
-var certManagerCRDs = []struct{ group, kind, plural string }{
-	{"cert-manager.io", "Certificate", "certificates"}, {"cert-manager.io", "CertificateRequest", "certificaterequests"},
-	{"cert-manager.io", "Issuer", "issuers"}, {"cert-manager.io", "ClusterIssuer", "clusterissuers"},
-	{"acme.cert-manager.io", "Order", "orders"}, {"acme.cert-manager.io", "Challenge", "challenges"},
-}
-
 // certManager renders the cert-manager chart (upstream-facts 5).
 func (c *Controller) certManager(ctx context.Context, release string, s Spec, values map[string]any, _ bool) error {
 	crdsEnabled, _ := truthy(values, "crds", "enabled")
@@ -246,11 +240,16 @@ func (c *Controller) certManager(ctx context.Context, release string, s Spec, va
 		return fmt.Errorf("execution error at (cert-manager/templates/crds.yaml): ERROR: .crds.keep is not compatible with .installCRDs, please use .crds.enabled and .crds.keep instead")
 	}
 	if crdsEnabled || installCRDs {
-		for _, d := range certManagerCRDs {
-			crd := openCRD(d.group, d.kind, d.plural, map[string]string{"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": s.TargetNamespace, "helm.sh/resource-policy": "keep"})
-			if err := c.applyCRD(ctx, crd); err != nil {
-				return err
-			}
+		// cert-manager's own CRDs (fixtures/crds/cert-manager, v1.21.2's
+		// deploy/crds), so a Certificate or Issuer is validated as
+		// upstream validates it; kept on uninstall unless crds.keep is
+		// false.
+		ann := map[string]string{"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": s.TargetNamespace}
+		if !keepSet || keep {
+			ann["helm.sh/resource-policy"] = "keep"
+		}
+		if err := c.applyFixtureCRDs(ctx, "cert-manager", ann); err != nil {
+			return err
 		}
 	}
 	fn := fullname(release, "cert-manager")
@@ -286,39 +285,20 @@ func (c *Controller) operator(ctx context.Context, release string, s Spec, value
 	if len(missing) > 0 {
 		return fmt.Errorf("unable to build kubernetes objects from release manifest: [%s]", strings.Join(missing, ", "))
 	}
-	files, _ := filepath.Glob(filepath.Join(c.LabDir, "crds", "cluster-api-operator", "*.yaml"))
-	if len(files) == 0 {
-		return fmt.Errorf("the lab has no cluster-api-operator CRDs in %s", filepath.Join(c.LabDir, "crds"))
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(b, &obj); err != nil {
-			return err
-		}
-		u := &unstructured.Unstructured{Object: obj}
-		ann := u.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		// config/chart/patches/keep-crds.yaml, and Helm's ownership marks.
-		ann["helm.sh/resource-policy"] = "keep"
-		ann["meta.helm.sh/release-name"], ann["meta.helm.sh/release-namespace"] = release, s.TargetNamespace
-		u.SetAnnotations(ann)
-		if err := c.applyCRD(ctx, u); err != nil {
-			return err
-		}
+	// config/chart/patches/keep-crds.yaml, and Helm's ownership marks.
+	if err := c.applyFixtureCRDs(ctx, "cluster-api-operator", map[string]string{"helm.sh/resource-policy": "keep",
+		"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": s.TargetNamespace}); err != nil {
+		return err
 	}
 	fn := fullname(release, "cluster-api-operator")
-	labels := helmLabels(release, "cluster-api-operator", "manager", "v"+strings.TrimPrefix(s.Version, "v"))
+	if err := c.operatorRBAC(ctx, release, s.TargetNamespace); err != nil {
+		return err
+	}
+	version := "v" + strings.TrimPrefix(s.Version, "v")
+	labels := helmLabels(release, "cluster-api-operator", "manager", version)
 	labels["control-plane"] = "controller-manager"
 	labels["clusterctl.cluster.x-k8s.io/core"] = "capi-operator"
-	if err := simkube.ApplyDeployment(ctx, c.CS, simkube.Deployment{Namespace: s.TargetNamespace, Name: fn, Labels: labels,
-		Image: "registry.k8s.io/capi-operator/cluster-api-operator:v" + strings.TrimPrefix(s.Version, "v")}, simkube.Availability{Available: true}); err != nil {
+	if err := simkube.ApplyDeployment(ctx, c.CS, operatorDeployment(release, s.TargetNamespace, fn, version, labels), simkube.Availability{}); err != nil {
 		return err
 	}
 	if err := c.operatorWebhooks(ctx, release, s.TargetNamespace); err != nil {
@@ -346,17 +326,37 @@ func (c *Controller) operator(ctx context.Context, release string, s Spec, value
 	return nil
 }
 
-func openCRD(group, kind, plural string, ann map[string]string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": plural + "." + group, "annotations": toAny(ann)},
-		"spec": map[string]any{
-			"group": group, "scope": "Namespaced",
-			"names": map[string]any{"kind": kind, "listKind": kind + "List", "plural": plural, "singular": strings.ToLower(kind)},
-			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
-		},
-	}}
+// applyFixtureCRDs installs the real CRDs of fixtures/crds/<dir> with
+// annotations added.
+func (c *Controller) applyFixtureCRDs(ctx context.Context, dir string, annotations map[string]string) error {
+	files, _ := filepath.Glob(filepath.Join(c.LabDir, "crds", dir, "*.yaml"))
+	if len(files) == 0 {
+		return fmt.Errorf("the lab has no %s CRDs in %s", dir, filepath.Join(c.LabDir, "crds"))
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(b, &obj); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		for k, v := range annotations {
+			ann[k] = v
+		}
+		u.SetAnnotations(ann)
+		if err := c.applyCRD(ctx, u); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func toAny(m map[string]string) map[string]any {
@@ -371,4 +371,80 @@ func toAny(m map[string]string) map[string]any {
 // install does for CRDs before the rest of a release.
 func (c *Controller) applyCRD(ctx context.Context, u *unstructured.Unstructured) error {
 	return simkube.ApplyCRD(ctx, c.DC, u, "helm", 30*time.Second)
+}
+
+// operatorDeployment is the chart's Deployment with its default values
+// (hack/charts/cluster-api-operator/templates/deployment.yaml and
+// values.yaml of cluster-api-operator v0.28.0): the manager's args, the
+// webhook certificate's volume, the probes on healthAddr. The lab's
+// kubelet runs it and reports its availability.
+func operatorDeployment(release, ns, name, version string, labels map[string]string) simkube.Deployment {
+	sel := map[string]string{"app.kubernetes.io/name": "cluster-api-operator", "app.kubernetes.io/instance": release,
+		"app.kubernetes.io/component": "controller", "control-plane": "controller-manager", "clusterctl.cluster.x-k8s.io/core": "capi-operator"}
+	probe := func(path string, delay int32) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(9440), Scheme: corev1.URISchemeHTTP}},
+			InitialDelaySeconds: delay, TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
+	}
+	grace, auto, mode := int64(10), true, int32(420)
+	image := "registry.k8s.io/capi-operator/cluster-api-operator:" + version
+	pod := &corev1.PodSpec{
+		ServiceAccountName: "capi-operator-manager", AutomountServiceAccountToken: &auto, TerminationGracePeriodSeconds: &grace,
+		Containers: []corev1.Container{{
+			Name: "manager", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"/manager"},
+			Args: []string{"--v=2", "--health-addr=:9440", "--diagnostics-address=:8443", "--leader-elect=true"},
+			Ports: []corev1.ContainerPort{{ContainerPort: webhookPort, Name: "webhook-server", Protocol: corev1.ProtocolTCP},
+				{ContainerPort: 8443, Name: "diagnostics", Protocol: corev1.ProtocolTCP}},
+			VolumeMounts:             []corev1.VolumeMount{{Name: "cert", MountPath: "/tmp/k8s-webhook-server/serving-certs", ReadOnly: true}},
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			LivenessProbe:            probe("/healthz", 15), ReadinessProbe: probe("/readyz", 5),
+		}},
+		Volumes: []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: WebhookCertSecret, DefaultMode: &mode}}}},
+	}
+	return simkube.Deployment{Namespace: ns, Name: name, Labels: labels, Image: image, Pod: pod, Selector: sel, ByKubelet: true}
+}
+
+// operatorRBAC is the chart's ServiceAccount and RBAC for the manager
+// (config/rbac of cluster-api-operator v0.28.0, kustomize namePrefix
+// capi-operator-): every verb on every resource, as it installs
+// providers' CRDs and RBAC, and its leader election's Role.
+func (c *Controller) operatorRBAC(ctx context.Context, release, ns string) error {
+	meta := func(name, namespace string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm"},
+			Annotations: map[string]string{"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": ns}}
+	}
+	sa := "capi-operator-manager"
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}
+	objs := []func() error{
+		func() error {
+			_, err := c.CS.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta(sa, ns)}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := c.CS.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: meta("capi-operator-manager-role", ""),
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := c.CS.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta("capi-operator-manager-rolebinding", ""),
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "capi-operator-manager-role"}, Subjects: subjects}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := c.CS.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: meta("capi-operator-leader-election-role", ns),
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+					{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := c.CS.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta("capi-operator-leader-election-rolebinding", ns),
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "capi-operator-leader-election-role"}, Subjects: subjects}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, create := range objs {
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
 }

@@ -80,7 +80,7 @@ func (c *Controller) operatorWebhooks(ctx context.Context, release, ns string) e
 		}
 		validating = append(validating, admv1.ValidatingWebhook{Name: "v" + k + ".kb.io", ClientConfig: cc("validate"), Rules: rules,
 			FailurePolicy: &fail, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}})
-		mutating = append(mutating, admv1.MutatingWebhook{Name: "m" + k + ".kb.io", ClientConfig: cc("mutate"), Rules: rules,
+		mutating = append(mutating, admv1.MutatingWebhook{Name: "v" + k + ".kb.io", ClientConfig: cc("mutate"), Rules: rules,
 			FailurePolicy: &fail, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}})
 	}
 	vmeta, mmeta := *helmMeta.DeepCopy(), *helmMeta.DeepCopy()

@@ -36,8 +36,8 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"sigs.k8s.io/yaml"
 
-	"github.com/mgmtctl/mgmtctl/lab/internal/capiop"
 	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
+	"github.com/mgmtctl/mgmtctl/lab/internal/kubelet"
 	"github.com/mgmtctl/mgmtctl/lab/internal/kubevip"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
@@ -62,6 +62,44 @@ type Config struct {
 	Server              string   `json:"server"`
 	Token               string   `json:"token"`
 	TokenFile           string   `json:"token-file"`
+	// Unknown are the keys k3s has no flag for, in file order.
+	Unknown []string `json:"-"`
+}
+
+// serverFlagNames are the flags of `k3s server` (docs.k3s.io
+// cli/server); config.yaml keys are flag names, optionally suffixed with
+// "+" to append to a list.
+var serverFlagNames = strings.Fields(`config debug v vmodule log alsologtostderr bind-address https-listen-port
+advertise-address advertise-port tls-san tls-san-security data-dir cluster-cidr service-cidr
+service-node-port-range cluster-dns cluster-domain flannel-backend flannel-ipv6-masq
+flannel-external-ip egress-selector-mode servicelb-namespace write-kubeconfig o
+write-kubeconfig-mode write-kubeconfig-group token t token-file agent-token agent-token-file
+server s cluster-init cluster-reset cluster-reset-restore-path kube-apiserver-arg etcd-arg
+kube-controller-manager-arg kube-scheduler-arg kube-cloud-controller-manager-arg
+datastore-endpoint datastore-cafile datastore-certfile datastore-keyfile etcd-expose-metrics
+etcd-disable-snapshots etcd-snapshot-name etcd-snapshot-schedule-cron etcd-snapshot-retention
+etcd-snapshot-dir etcd-snapshot-compress etcd-s3 etcd-s3-endpoint etcd-s3-endpoint-ca
+etcd-s3-skip-ssl-verify etcd-s3-access-key etcd-s3-secret-key etcd-s3-bucket etcd-s3-region
+etcd-s3-folder etcd-s3-proxy etcd-s3-config-secret etcd-s3-insecure etcd-s3-timeout
+default-local-storage-path disable disable-scheduler disable-cloud-controller
+disable-kube-proxy disable-network-policy disable-helm-controller embedded-registry
+supervisor-metrics node-name with-node-id node-label node-taint image-credential-provider-bin-dir
+image-credential-provider-config docker container-runtime-endpoint default-runtime
+image-service-endpoint disable-default-registry-endpoint nonroot-devices pause-image snapshotter
+private-registry system-default-registry node-ip node-external-ip node-internal-dns
+node-external-dns resolv-conf flannel-iface flannel-conf flannel-cni-conf-dir flannel-cni-conf
+vpn-auth vpn-auth-file kubelet-arg kube-proxy-arg protect-kernel-defaults secrets-encryption
+secrets-encryption-provider enable-pprof rootless prefer-bundled-bin selinux lb-server-port
+disable-apiserver disable-controller-manager disable-etcd kube-apiserver-arg airgap-extra-registry`)
+
+func knownServerFlag(key string) bool {
+	key = strings.TrimSuffix(key, "+")
+	for _, f := range serverFlagNames {
+		if f == key {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadConfig reads config.yaml; repeatable flags accept a list or a
@@ -112,6 +150,12 @@ func LoadConfig(path string) (Config, error) {
 	if v, ok := raw["token-file"]; ok {
 		c.TokenFile = fmt.Sprint(v)
 	}
+	for k := range raw {
+		if !knownServerFlag(k) {
+			c.Unknown = append(c.Unknown, k)
+		}
+	}
+	sort.Strings(c.Unknown)
 	return c, nil
 }
 
@@ -216,6 +260,11 @@ func Server(args []string, log io.Writer) error {
 	cfg, err := LoadConfig(ConfigFile)
 	if err != nil {
 		return err
+	}
+	// k3s's configfilearg parser skips a key that is no flag, with a
+	// warning (k3s pkg/configfilearg/parser.go; k3s-io/k3s #4509, #6756).
+	for _, k := range cfg.Unknown {
+		fmt.Fprintf(log, "time=%q level=warning msg=%q\n", time.Now().UTC().Format(time.RFC3339), "Unknown flag --"+k+" found in config.yaml, skipping")
 	}
 	logf(log, "Starting k3s %s (%s)", Version(), commit(Version()))
 	token, err := serverToken(flags.token, flags.tokenFile, cfg)
@@ -371,9 +420,13 @@ func Server(args []string, log io.Writer) error {
 	// With more servers, one runs them: the holder of a Lease, as
 	// helm-controller and the operator's manager elect their leader.
 	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log, WebhookCA: webhookCA}
-	op := &capiop.Operator{CS: cs, DC: dc, LabDir: labDir(), Log: log, NodeIP: ip}
+	// The operator's pod is upstream's operator, run here by the lab's
+	// kubelet; the providers' pods are stood in for.
+	op := &kubelet.Operator{CS: cs, LabDir: labDir(), Log: log, NodeIP: ip, CA: serverCA.CertPEM}
+	provs := &kubelet.Providers{CS: cs, LabDir: labDir(), Log: log}
 	go lead(ctx, cs, hostname, log, func(ctx context.Context) {
 		go hc.Run(ctx)
+		go provs.Run(ctx)
 		op.Run(ctx)
 	})
 	logf(log, "k3s is up and running")
@@ -394,6 +447,8 @@ func Server(args []string, log io.Writer) error {
 		// A stopping server gives the address up (its pod would be
 		// stopped with it), so the next holder is the only one.
 		cancel()
+		// The operator's pod stops with its server.
+		op.Stop()
 		select {
 		case <-vipDone:
 		case <-time.After(3 * time.Second):

@@ -26,9 +26,12 @@ func (l *Lab) ExecArgv(hostName string, argv []string) ([]string, error) {
 		// mount namespace of its own, the laptop home's .ssh is bound over
 		// the user's, so a plain `ssh` uses the laptop's key and
 		// known_hosts. Nothing of it is seen outside that namespace.
+		// The laptop's resolver knows the internet's names as the
+		// mirror's (LaptopHosts), as every host of the lab does, so a
+		// tool on the laptop (clusterctl) reaches "github.com".
 		bind := []string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-			`mkdir -p -m 700 "$1" && mount --bind "$2" "$1" && shift 2 && exec "$@"`, "sh",
-			filepath.Join(passwdHome(), ".ssh"), filepath.Join(l.LaptopHome(), ".ssh")}
+			`mkdir -p -m 700 "$1" && mount --bind "$2" "$1" && { [ ! -f "$3" ] || mount --bind "$3" /etc/hosts; } && shift 3 && exec "$@"`, "sh",
+			filepath.Join(passwdHome(), ".ssh"), filepath.Join(l.LaptopHome(), ".ssh"), l.LaptopHosts()}
 		return append(append(append([]string{"ip", "netns", "exec", l.Net.NS("laptop")}, bind...), env...), argv...), nil
 	}
 	pid, err := l.agentPid(hostName)

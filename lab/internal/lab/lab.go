@@ -34,7 +34,7 @@ var K3sReleases = []string{"v1.35.7+k3s1", "v1.36.3+k3s1", "v1.34.10+k3s1"}
 
 // MirrorNames are the internet names the mirror answers for.
 var MirrorNames = []string{
-	"cloud-images.ubuntu.com", "get.k3s.io", "update.k3s.io", "github.com", "objects.githubusercontent.com",
+	"cloud-images.ubuntu.com", "get.k3s.io", "update.k3s.io", "github.com", "api.github.com", "objects.githubusercontent.com",
 	"charts.jetstack.io", "kubernetes-sigs.github.io", "quay.io", "registry.k8s.io",
 }
 
@@ -102,7 +102,11 @@ func (l *Lab) ControlSocket() string { return l.path("control.sock") }
 func (l *Lab) Binary() string        { return l.path("bin", "labsim") }
 
 // K3sBinary is the k3s simulator the mirror releases.
-func (l *Lab) K3sBinary() string           { return l.path("bin", "k3s") }
+func (l *Lab) K3sBinary() string { return l.path("bin", "k3s") }
+
+// LaptopHosts is the laptop's /etc/hosts in the lab: the machine's own,
+// plus the internet's names at the mirror.
+func (l *Lab) LaptopHosts() string         { return l.path("laptop", "hosts") }
 func (l *Lab) HostDisk(name string) string { return l.path("hosts", name) }
 
 // HostLog is where a host's agent and its sshd log ("pve", "vm110").

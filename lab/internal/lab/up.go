@@ -72,6 +72,11 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	if err := copyTree(crds, l.path("crds")); err != nil {
 		return fmt.Errorf("copy CRD fixtures from %s: %w", crds, err)
 	}
+	// The providers' release files sit beside the CRDs (shared/fixtures).
+	providers := filepath.Join(filepath.Dir(crds), "providers")
+	if err := copyTree(providers, l.path("providers")); err != nil {
+		return fmt.Errorf("copy provider release fixtures from %s: %w", providers, err)
+	}
 	ca, err := pki.LoadOrCreate(l.path("pki"))
 	if err != nil {
 		return err
@@ -98,10 +103,13 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	if err != nil {
 		return err
 	}
-	if err := mirror.WriteCatalog(l.path("mirror")); err != nil {
+	if err := mirror.WriteCatalog(l.path("mirror"), l.path("crds"), l.path("providers")); err != nil {
 		return fmt.Errorf("lay out the chart repositories and provider releases: %w", err)
 	}
 	if err := l.writeCABundle(ca.CertPEM); err != nil {
+		return err
+	}
+	if err := l.writeLaptopHosts(); err != nil {
 		return err
 	}
 	if err := l.writeHostSpecs(string(pub), string(ca.CertPEM)); err != nil {
@@ -138,7 +146,8 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 }
 
 // copyK3s brings the k3s simulator (built beside labsim) into the lab,
-// for the mirror to release.
+// for the mirror to release, and the upstream operator builds
+// (cluster-api-operator-<version>), for the lab's kubelet to run.
 func (l *Lab) copyK3s() error {
 	self, err := os.Executable()
 	if err != nil {
@@ -148,15 +157,32 @@ func (l *Lab) copyK3s() error {
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("the lab's k3s simulator is not beside labsim (%s): build both with make build", src)
 	}
-	_ = os.Remove(l.K3sBinary())
-	if err := os.Link(src, l.K3sBinary()); err == nil {
+	ops, _ := filepath.Glob(filepath.Join(filepath.Dir(self), "cluster-api-operator-v*"))
+	if len(ops) == 0 {
+		return fmt.Errorf("upstream's cluster-api-operator is not beside labsim (%s/cluster-api-operator-<version>): build it with make build", filepath.Dir(self))
+	}
+	files := map[string]string{src: l.K3sBinary()}
+	for _, op := range ops {
+		files[op] = l.path("bin", filepath.Base(op))
+	}
+	for src, dst := range files {
+		if err := linkOrCopy(src, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func linkOrCopy(src, dst string) error {
+	_ = os.Remove(dst)
+	if err := os.Link(src, dst); err == nil {
 		return nil
 	}
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(l.K3sBinary(), b, 0o755)
+	return os.WriteFile(dst, b, 0o755)
 }
 
 func copySelf(dst string) error {
@@ -468,4 +494,19 @@ func (l *Lab) CABundle() string { return l.path("pki", "laptop-ca-bundle.crt") }
 func (l *Lab) writeCABundle(ca []byte) error {
 	sys, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	return os.WriteFile(l.CABundle(), append(append(sys, '\n'), ca...), 0o644)
+}
+
+// writeLaptopHosts writes the laptop's hosts file: the machine's, then
+// each internet name at the mirror.
+func (l *Lab) writeLaptopHosts() error {
+	sys, _ := os.ReadFile("/etc/hosts")
+	var b strings.Builder
+	b.Write(sys)
+	if len(sys) > 0 && sys[len(sys)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	for _, n := range MirrorNames {
+		fmt.Fprintf(&b, "%s\t%s\n", MirrorAddr, n)
+	}
+	return os.WriteFile(l.LaptopHosts(), []byte(b.String()), 0o644)
 }

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
@@ -12,9 +13,11 @@ import (
 
 // WriteCatalog lays out under root (the mirror's Root) what the chart
 // repositories and the providers' GitHub releases serve: each repository's
-// index.yaml, and each provider release's metadata.yaml and components.
-// Versions not in the catalog are absent, so they answer 404 as upstream.
-func WriteCatalog(root string) error {
+// index.yaml, and each provider release's metadata.yaml (the provider's
+// real one, from fixtures/providers) and components (built from the real
+// CRDs in crds, fixtures/crds). Versions not in the catalog are absent,
+// so they answer 404 as upstream.
+func WriteCatalog(root, crds, providers string) error {
 	for _, c := range catalog.Charts {
 		u, err := url.Parse(catalog.IndexURL(c.Repo))
 		if err != nil {
@@ -25,8 +28,38 @@ func WriteCatalog(root string) error {
 		}
 	}
 	for _, p := range catalog.Providers {
+		meta, err := os.ReadFile(filepath.Join(providers, p.Metadata))
+		if err != nil {
+			return fmt.Errorf("provider %s: %w", p.Label(), err)
+		}
+		var files []string
+		for _, g := range p.CRDs {
+			m, _ := filepath.Glob(filepath.Join(crds, g))
+			if len(m) == 0 {
+				return fmt.Errorf("provider %s: no CRD fixture matches %s in %s", p.Label(), g, crds)
+			}
+			sort.Strings(m)
+			files = append(files, m...)
+		}
+		var defs [][]byte
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			defs = append(defs, b)
+		}
+		assets := map[string]string{"metadata.yaml": string(meta)}
+		for _, t := range p.Templates {
+			b, err := os.ReadFile(filepath.Join(providers, t))
+			if err != nil {
+				return fmt.Errorf("provider %s: %w", p.Label(), err)
+			}
+			assets[filepath.Base(t)] = string(b)
+		}
 		for _, v := range p.Versions {
-			for asset, body := range map[string]string{"metadata.yaml": p.Metadata(), p.Components: p.ComponentsYAML(v)} {
+			assets[p.Components] = p.ComponentsYAML(v, defs)
+			for asset, body := range assets {
 				u, _ := url.Parse(p.AssetURL(v, asset))
 				if err := write(filepath.Join(root, u.Host, u.Path), body); err != nil {
 					return err

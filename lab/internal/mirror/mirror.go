@@ -42,6 +42,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.Releases != nil && s.Releases.serve(w, r, host) {
 		return
 	}
+	if host == "api.github.com" && s.serveGitHubAPI(w, r) {
+		return
+	}
 	clean := filepath.Clean("/" + r.URL.Path)
 	p := filepath.Join(s.Root, host, clean)
 	fi, err := os.Stat(p)

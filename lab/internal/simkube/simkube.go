@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -113,6 +114,16 @@ type Deployment struct {
 	Labels          map[string]string
 	Image           string
 	Owner           *metav1.OwnerReference
+	// Pod, when set, is the pod template's spec as the chart renders it
+	// (its container's image is Image).
+	Pod *corev1.PodSpec
+	// Selector, when set, is the chart's selector (else the instance
+	// label).
+	Selector map[string]string
+	// ByKubelet leaves availability to the lab's kubelet (a pod the lab
+	// really runs): a new or changed pod template is written unavailable,
+	// an unchanged one keeps its status.
+	ByKubelet bool
 }
 
 // Availability is what the deployment controller would report.
@@ -127,13 +138,20 @@ type Availability struct {
 // deployment controller would once its pods run (or crash-loop).
 func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment, av Availability) error {
 	one := int32(1)
-	sel := map[string]string{"app.kubernetes.io/instance": d.Name}
+	sel := d.Selector
+	if sel == nil {
+		sel = map[string]string{"app.kubernetes.io/instance": d.Name}
+	}
 	podLabels := map[string]string{}
 	for k, v := range d.Labels {
 		podLabels[k] = v
 	}
 	for k, v := range sel {
 		podLabels[k] = v
+	}
+	pod := corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: d.Image}}}
+	if d.Pod != nil {
+		pod = *d.Pod
 	}
 	want := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels},
@@ -142,7 +160,7 @@ func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment,
 			Selector: &metav1.LabelSelector{MatchLabels: sel},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: d.Image}}},
+				Spec:       pod,
 			},
 		},
 	}
@@ -161,31 +179,67 @@ func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment,
 	if err != nil {
 		return fmt.Errorf("apply Deployment %s/%s: %w", d.Namespace, d.Name, err)
 	}
+	if d.ByKubelet {
+		if cur.Status.ObservedGeneration == cur.Generation {
+			return nil
+		}
+		av = Availability{}
+	}
+	return WriteDeploymentStatus(ctx, cs, cur, av)
+}
+
+// WriteDeploymentStatus writes the status the deployment controller would
+// for cur with its one pod as av says, unless it is that already.
+func WriteDeploymentStatus(ctx context.Context, cs kubernetes.Interface, cur *appsv1.Deployment, av Availability) error {
 	now := metav1.Now()
-	st := appsv1.DeploymentStatus{ObservedGeneration: cur.Generation, Replicas: 1, UpdatedReplicas: 1}
+	// As many pods as spec.replicas: clusterctl's upgrader scales a
+	// provider to 0 and waits for status.replicas to follow.
+	n := int32(1)
+	if cur.Spec.Replicas != nil {
+		n = *cur.Spec.Replicas
+	}
+	if n == 0 {
+		av = Availability{Available: true}
+	}
+	st := appsv1.DeploymentStatus{ObservedGeneration: cur.Generation, Replicas: n, UpdatedReplicas: n}
 	// The deployment controller's own reasons and messages.
 	avail := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue,
 		Reason: "MinimumReplicasAvailable", Message: "Deployment has minimum availability.", LastUpdateTime: now, LastTransitionTime: now}
 	if av.Available {
-		st.ReadyReplicas, st.AvailableReplicas = 1, 1
+		st.ReadyReplicas, st.AvailableReplicas = n, n
 	} else {
-		st.UnavailableReplicas = 1
+		st.UnavailableReplicas = n
 		avail.Status, avail.Reason, avail.Message = corev1.ConditionFalse, "MinimumReplicasUnavailable", "Deployment does not have minimum availability."
 	}
 	if av.Message != "" {
 		avail.Message = av.Message
 	}
+	image := ""
+	if c := cur.Spec.Template.Spec.Containers; len(c) > 0 {
+		image = c[0].Image
+	}
+	progressing := appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
+		Reason: "NewReplicaSetAvailable", Message: fmt.Sprintf("ReplicaSet %q has successfully progressed.", cur.Name+"-"+shortHash(image)),
+		LastUpdateTime: now, LastTransitionTime: now}
 	for _, c := range cur.Status.Conditions {
 		if c.Type == appsv1.DeploymentAvailable && c.Status == avail.Status {
 			avail.LastTransitionTime = c.LastTransitionTime
+			if c.Message == avail.Message && c.Reason == avail.Reason {
+				avail.LastUpdateTime = c.LastUpdateTime
+			}
+		}
+		if c.Type == appsv1.DeploymentProgressing && c.Message == progressing.Message {
+			progressing.LastTransitionTime, progressing.LastUpdateTime = c.LastTransitionTime, c.LastUpdateTime
 		}
 	}
-	st.Conditions = []appsv1.DeploymentCondition{avail, {Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
-		Reason: "NewReplicaSetAvailable", Message: fmt.Sprintf("ReplicaSet %q has successfully progressed.", d.Name+"-"+shortHash(d.Image)),
-		LastUpdateTime: now, LastTransitionTime: now}}
+	st.Conditions = []appsv1.DeploymentCondition{avail, progressing}
+	if equality.Semantic.DeepEqual(cur.Status, st) {
+		return nil
+	}
+	cur = cur.DeepCopy()
 	cur.Status = st
-	if _, err := deps.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update status of Deployment %s/%s: %w", d.Namespace, d.Name, err)
+	if _, err := cs.AppsV1().Deployments(cur.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update status of Deployment %s/%s: %w", cur.Namespace, cur.Name, err)
 	}
 	return nil
 }

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
+)
+
+// clusterctl runs upstream's clusterctl on the laptop against the
+// management cluster, with the admin kubeconfig mgmtctl wrote. GOPROXY=off
+// makes its library read the providers' releases through GitHub's API,
+// which the lab's internet serves (docs/lab.md).
+func (e *env) clusterctl(vars []string, args ...string) labtest.Result {
+	e.t.Helper()
+	kc := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
+	argv := append([]string{"env", "GOPROXY=off", "KUBECONFIG=" + kc}, vars...)
+	return e.Run("", append(append(argv, labtest.Clusterctl(e.t)), args...)...)
+}
+
+// operatorLog is what the cluster-api-operator's pod logged, as the
+// lab's kubelet keeps it on the server (/var/log/pods).
+func (e *env) operatorLog(vmid int) string {
+	e.t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(e.VMDisk(vmid), "upper/var/log/pods/capi-operator-system_*/manager/0.log"))
+	var b strings.Builder
+	for _, p := range logs {
+		data, _ := os.ReadFile(p)
+		b.Write(data)
+	}
+	return b.String()
+}
+
+// The variables cluster-template.yaml of CAPMOX v0.9 requires
+// (clusterctl generate cluster --list-variables).
+var capmoxTemplateVars = []string{
+	"BOOT_VOLUME_DEVICE=scsi0", "BRIDGE=vmbr0", "CONTROL_PLANE_ENDPOINT_IP=192.0.2.100", "DNS_SERVERS=[192.0.2.1]",
+	"GATEWAY=192.0.2.1", "IP_PREFIX=24", "NODE_IP_RANGES=[192.0.2.101-192.0.2.120]", "PROXMOX_SOURCENODE=pve",
+	"TEMPLATE_VMID=9000", "VM_SSH_KEYS=ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGxhYg lab",
+}
+
+// TestVerification is the seed's verification list against a converged
+// lab, with upstream's cluster-api-operator deciding every provider
+// condition and upstream's clusterctl reading the management cluster:
+// the five providers Ready at their pins, installed from their releases
+// (the real CRDs in the cluster); the operator's own log; clusterctl
+// generate cluster (variables listed, manifests accepted by a server-side
+// dry-run), describe cluster; a second run changed=0; the inspector's
+// permissions.
+func TestVerification(t *testing.T) {
+	e := start(t)
+	mustSucceed(t, e.apply(), "first apply")
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("second run: %s", got)
+	}
+
+	r := e.adminKubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.kind}/{.metadata.name}={.status.installedVersion},{.status.conditions[?(@.type=="Ready")].status},{.status.conditions[?(@.type=="ProviderInstalled")].reason}{"\n"}{end}`)
+	want := "CoreProvider/cluster-api=v1.12.11,True,ProviderInstalled\nBootstrapProvider/kubeadm=v1.12.11,True,ProviderInstalled\nControlPlaneProvider/kubeadm=v1.12.11,True,ProviderInstalled\n" +
+		"InfrastructureProvider/proxmox=v0.9.1,True,ProviderInstalled\nIPAMProvider/in-cluster=v1.1.1,True,ProviderInstalled\n"
+	if r.Stdout != want {
+		t.Errorf("providers:\n%s\nwant:\n%s%s", r.Stdout, want, r.Stderr)
+	}
+	// The providers' CRDs, installed by the operator from their releases.
+	r = e.adminKubectl("get", "crd", "clusters.cluster.x-k8s.io", "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+		"proxmoxclusters.infrastructure.cluster.x-k8s.io", "inclusterippools.ipam.cluster.x-k8s.io", "-o", `jsonpath={range .items[*]}{.metadata.labels.cluster\.x-k8s\.io/provider}{" "}{end}`)
+	if r.Code != 0 || r.Stdout != "cluster-api control-plane-kubeadm bootstrap-kubeadm infrastructure-proxmox ipam-in-cluster " {
+		t.Errorf("provider CRDs: %q %s", r.Stdout, r.Stderr)
+	}
+	log := e.operatorLog(110)
+	for _, s := range []string{`"starting manager" logger="setup"`, `"Provider successfully installed"`, `CoreProvider="capi-system/cluster-api"`} {
+		if !strings.Contains(log, s) {
+			t.Errorf("the operator's log has no %s:\n%.3000s", s, log)
+		}
+	}
+
+	// clusterctl, as the seed's verification runs it.
+	gen := []string{"generate", "cluster", "lab1", "--infrastructure", "proxmox:v0.9.1", "--kubernetes-version", "v1.35.9",
+		"--control-plane-machine-count", "1", "--worker-machine-count", "1"}
+	r = e.clusterctl(nil, append(gen, "--list-variables")...)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "Required Variables:") || !strings.Contains(r.Stdout, "  - PROXMOX_SOURCENODE") || !strings.Contains(r.Stdout, "  - TEMPLATE_VMID") {
+		t.Fatalf("clusterctl generate --list-variables: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	// A missing variable fails as clusterctl's library fails.
+	if r = e.clusterctl(nil, gen...); r.Code == 0 || !strings.Contains(r.Stderr, "value for variables [") {
+		t.Errorf("generate without variables: exit %d\n%s", r.Code, r.Stderr)
+	}
+	r = e.clusterctl(capmoxTemplateVars, gen...)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "kind: ProxmoxCluster") {
+		t.Fatalf("clusterctl generate cluster: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	manifests := filepath.Join(e.LaptopHome(), "lab1.yaml")
+	if err := os.WriteFile(manifests, []byte(r.Stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = e.adminKubectl("apply", "--dry-run=server", "-f", manifests)
+	for _, obj := range []string{"cluster.cluster.x-k8s.io/lab1", "proxmoxcluster.infrastructure.cluster.x-k8s.io/lab1", "kubeadmcontrolplane.controlplane.cluster.x-k8s.io/lab1-control-plane",
+		"machinedeployment.cluster.x-k8s.io/lab1-workers", "proxmoxmachinetemplate.infrastructure.cluster.x-k8s.io/lab1-worker", "kubeadmconfigtemplate.bootstrap.cluster.x-k8s.io/lab1-worker"} {
+		if !strings.Contains(r.Stdout, obj+" created (server dry run)") {
+			t.Errorf("server-side dry-run of the generated cluster: no %s\n%s\n%s", obj, r.Stdout, r.Stderr)
+		}
+	}
+	// A schema violation is refused by the real CRDs.
+	bad := filepath.Join(e.LaptopHome(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: ProxmoxCluster\nmetadata:\n  name: bad\n  namespace: default\nspec:\n  dnsServers: not-a-list\n"), 0o644)
+	if r := e.adminKubectl("apply", "--dry-run=server", "-f", bad); r.Code == 0 {
+		t.Errorf("a ProxmoxCluster with a string for dnsServers was accepted:\n%s", r.Stdout)
+	}
+	mustSucceed(t, e.adminKubectl("apply", "-f", manifests), "create the generated cluster")
+	r = e.clusterctl(nil, "describe", "cluster", "lab1")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "Cluster/lab1") {
+		t.Errorf("clusterctl describe cluster lab1: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+
+	// The inspector reads all but Secrets.
+	ro := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt-ro.kubeconfig")
+	for _, c := range []struct{ verb, res, want string }{{"list", "pods", "yes"}, {"list", "clusters.cluster.x-k8s.io", "yes"}, {"get", "secrets", "no"}, {"create", "coreproviders", "no"}} {
+		if r := e.Run("", labtest.Kubectl(t), "--kubeconfig", ro, "auth", "can-i", c.verb, c.res, "-A"); strings.TrimSpace(r.Stdout) != c.want {
+			t.Errorf("inspector can-i %s %s = %q", c.verb, c.res, r.Stdout)
+		}
+	}
+	// A Cluster in the management cluster changes nothing mgmtctl owns.
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("run with a workload cluster defined: %s", got)
+	}
+}
