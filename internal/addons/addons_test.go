@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -86,5 +87,30 @@ func TestJobFailedErrorNamesJobAndEvents(t *testing.T) {
 	want := "HelmChart cert-manager: Job kube-system/helm-install-cert-manager failed: Error: UPGRADE FAILED: boom\nevents:\n  Warning BackOff (Pod/p): Back-off restarting failed container helm"
 	if e.Error() != want {
 		t.Errorf("got %q", e.Error())
+	}
+}
+
+func TestGroupEventsCountsRepeats(t *testing.T) {
+	type ev struct {
+		line string
+		n    int32
+	}
+	for _, c := range []struct {
+		name string
+		in   []ev
+		want []string
+	}{
+		{"none", nil, []string{}},
+		{"distinct", []ev{{"a", 1}, {"b", 1}}, []string{"a", "b"}},
+		{"repeats folded into the first, counted", []ev{{"Warning BackOff (Pod/p): back-off", 1}, {"Normal Pulled (Pod/p): pulled", 1}, {"Warning BackOff (Pod/p): back-off", 1}, {"Warning BackOff (Pod/p): back-off", 6}},
+			[]string{"Warning BackOff (Pod/p): back-off (x8)", "Normal Pulled (Pod/p): pulled"}},
+		{"an aggregated event keeps its count", []ev{{"Warning BackOff (Pod/p): back-off", 5}}, []string{"Warning BackOff (Pod/p): back-off (x5)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := groupEvents(c.in, func(e ev) (string, int32) { return e.line, e.n })
+			if strings.Join(got, "|") != strings.Join(c.want, "|") {
+				t.Errorf("got %q, want %q", got, c.want)
+			}
+		})
 	}
 }

@@ -98,8 +98,11 @@ func (s *ProviderAPI) Wait(ctx context.Context) error {
 			backoff = min(2*backoff, 5*time.Second)
 		}
 	})
+	if err != nil && ctx.Err() != nil {
+		return step.Timeout(s.Bound(), ctx.Err(), "provider API not usable after %s: %s", s.Bound(), last)
+	}
 	if err != nil {
-		return fmt.Errorf("provider API not usable after %s: %s", s.Bound(), last)
+		return fmt.Errorf("provider API not usable: %s: %w", last, err)
 	}
 	return nil
 }

@@ -91,7 +91,7 @@ func (s *Ready) wait(ctx context.Context, cl *kube.Cluster, bound time.Duration)
 		return fmt.Errorf("%s %s not usable after %s: its helm-install Job kept failing while helm-controller retried it: %w",
 			s.C.Name, s.C.Version, bound, f.err(bg, cl, s.C.Name))
 	}
-	return fmt.Errorf("%s %s not usable after %s: %s", s.C.Name, s.C.Version, bound, last)
+	return step.Timeout(bound, ctx.Err(), "%s %s not usable after %s: %s", s.C.Name, s.C.Version, bound, last)
 }
 
 func (s *Ready) note() string {
@@ -250,11 +250,13 @@ func firstLine(s string) string {
 
 // Events lists the Events of the given objects in ns (this incarnation of
 // each: an earlier object of the same name has another UID), oldest first,
-// as "Type Reason (Kind/name): message".
+// as "Type Reason (Kind/name): message"; repeats of one line are one line
+// with their count, "(x8)", as kubectl describe counts them.
 func Events(ctx context.Context, cl *kube.Cluster, ns string, objs ...metav1.Object) []string {
 	type ev struct {
-		at   time.Time
-		line string
+		at    time.Time
+		line  string
+		count int32
 	}
 	var all []ev
 	for _, o := range objs {
@@ -270,13 +272,31 @@ func Events(ctx context.Context, cl *kube.Cluster, ns string, objs ...metav1.Obj
 			if at.IsZero() {
 				at = e.EventTime.Time
 			}
-			all = append(all, ev{at, fmt.Sprintf("%s %s (%s/%s): %s", e.Type, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, strings.TrimSpace(e.Message))})
+			all = append(all, ev{at, fmt.Sprintf("%s %s (%s/%s): %s", e.Type, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, strings.TrimSpace(e.Message)), max(e.Count, 1)})
 		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
-	out := make([]string, len(all))
-	for i, e := range all {
-		out[i] = e.line
+	return groupEvents(all, func(e ev) (string, int32) { return e.line, e.count })
+}
+
+// groupEvents folds repeated lines into the first one, with the sum of
+// their counts when it is more than one.
+func groupEvents[E any](events []E, line func(E) (string, int32)) []string {
+	var order []string
+	counts := map[string]int32{}
+	for _, e := range events {
+		l, n := line(e)
+		if _, seen := counts[l]; !seen {
+			order = append(order, l)
+		}
+		counts[l] += n
+	}
+	out := make([]string, len(order))
+	for i, l := range order {
+		out[i] = l
+		if counts[l] > 1 {
+			out[i] = fmt.Sprintf("%s (x%d)", l, counts[l])
+		}
 	}
 	return out
 }

@@ -112,8 +112,16 @@ func List(dir string) ([]Backup, error) {
 	return out, nil
 }
 
-// Read reads a backup's manifest.
+// Read reads a backup's manifest. dir is the backup's directory; its
+// backup.json stands for it (the file a user finds when looking inside),
+// and any other file is refused, saying a directory is wanted.
 func Read(dir string) (Backup, error) {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		if filepath.Base(dir) != manifestFile {
+			return Backup{Dir: dir}, fmt.Errorf("%s is a file: a backup is the directory that holds %s", dir, manifestFile)
+		}
+		dir = filepath.Dir(dir)
+	}
 	b := Backup{Dir: dir}
 	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
 	if err != nil {

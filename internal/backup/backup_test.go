@@ -2,12 +2,16 @@ package backup
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
 // TestWriteListLoad: a backup is private (0700 directory, 0600 files), is
@@ -86,5 +90,53 @@ func TestPruneKeepsTheNewest(t *testing.T) {
 	}
 	if p, _ := (&Prune{Dir: dir, Keep: 2}).Check(context.Background()); !p.Empty() {
 		t.Errorf("nothing to prune, planned %+v", p)
+	}
+}
+
+func TestReadTakesTheDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "b")
+	m := Manifest{Cluster: "lab-mgmt", Created: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC), Snapshot: "s"}
+	if err := Write(dir, m, []byte("snapshot"), []byte("token\n"), []byte("kind: ManagementCluster\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, from, wantDir, wantErr string
+	}{
+		{"the directory", dir, dir, ""},
+		{"its backup.json stands for it", filepath.Join(dir, "backup.json"), dir, ""},
+		{"another file is refused, naming what is wanted", filepath.Join(dir, "snapshot"), "", "is a file: a backup is the directory that holds backup.json"},
+		{"no such directory", filepath.Join(dir, "nope"), "", "is not a complete mgmtctl backup"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := Read(c.from)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || b.Dir != c.wantDir || b.Snapshot != "s" {
+				t.Fatalf("%+v %v", b, err)
+			}
+		})
+	}
+}
+
+func TestEtcdDisabled(t *testing.T) {
+	sqlite := &remote.ExitError{Host: "vm", Cmd: "k3s etcd-snapshot save", Code: 1, Stderr: `time="2026-12-03T09:00:00Z" level=fatal msg="Error: see server log for details: etcd datastore disabled"`}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"k3s on SQLite", sqlite, true},
+		{"wrapped", fmt.Errorf("run: %w", sqlite), true},
+		{"another exit", &remote.ExitError{Code: 1, Stderr: "permission denied"}, false},
+		{"the words outside k3s's stderr", errors.New("etcd datastore disabled"), false},
+	} {
+		if got := etcdDisabled(c.err); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package capi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -211,7 +210,7 @@ func (s *ProviderStep) wait(ctx context.Context) error {
 	// Timed out: say what the operator says, and how it fares.
 	bg, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel2()
-	return errors.New(s.diagnose(bg, last))
+	return step.Timeout(s.C.timeout(), ctx.Err(), "%s", s.diagnose(bg, last))
 }
 
 func (s *ProviderStep) diagnose(ctx context.Context, last string) string {

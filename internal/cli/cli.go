@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -119,9 +120,10 @@ func newRoot(ctx context.Context, g *global, o *Options) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "mgmtctl",
 		Short: "Build a Cluster API management cluster on Proxmox VE, idempotently",
-		Long: `mgmtctl converges a Cluster API management cluster on one Proxmox VE node:
-a VM from the pinned Ubuntu cloud image, k3s, cert-manager, cluster-api-operator,
-the five providers, and kubeconfigs on this laptop. A second run changes nothing.`,
+		Long: `mgmtctl converges a Cluster API management cluster on Proxmox VE, on one node
+or as three k3s servers across a Proxmox cluster behind a VIP: VMs from the pinned
+Ubuntu cloud image, k3s, cert-manager, cluster-api-operator, the five providers,
+and kubeconfigs on this laptop. A second run changes nothing.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          noArgs,
@@ -225,8 +227,13 @@ func newValidate(g *global, o *Options) *cobra.Command {
 				src = "not set (the capi phase needs it: " + l.SecretsPath + " or " + config.SecretEnv + ")"
 			}
 			if g.output == "json" {
-				fmt.Fprintf(o.Out, "{\"valid\":true,\"config\":%q,\"tokenSecret\":%q}\n", l.Path, src)
-				return nil
+				// encoding/json, not %q: Go's quoting is not JSON's
+				// for every string (\x escapes, invalid UTF-8).
+				return json.NewEncoder(o.Out).Encode(struct {
+					Valid       bool   `json:"valid"`
+					Config      string `json:"config"`
+					TokenSecret string `json:"tokenSecret"`
+				}{true, l.Path, src})
 			}
 			fmt.Fprintf(o.Out, "%s: valid\n", l.Path)
 			fmt.Fprintf(o.Out, "token secret: %s\n", src)

@@ -1,7 +1,6 @@
 // Package engine runs phases of steps: it selects phases by tag, asks each
-// step for its plan, applies it (or, in check mode, only reports it), runs
-// notified handlers at the end of each phase, and emits events that views
-// render and the recap counts.
+// step for its plan, applies it (or, in check mode, only reports it), and
+// emits events that views render and the recap counts.
 package engine
 
 import (
@@ -172,39 +171,21 @@ func (r *runner) phase(p step.Phase) error {
 		}
 		r.emit(e)
 	}
-	notified := map[string]bool{}
 	for _, s := range p.Steps {
 		if err := r.interrupted(); err != nil {
 			return err
 		}
-		plan, err := r.step(p.Tag, s, false)
-		if err != nil {
-			return err
-		}
-		for _, h := range plan.Notify {
-			notified[h] = true
-		}
-	}
-	for _, h := range p.Handlers {
-		if !notified[h.ID()] {
-			continue
-		}
-		if err := r.interrupted(); err != nil {
-			return err
-		}
-		if _, err := r.step(p.Tag, h, true); err != nil {
+		if err := r.step(p.Tag, s); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// step runs one step and returns the plan when it was applied (or would be
-// in check mode), so its notifications count; an ok or skipped step
-// notifies nothing.
-func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error) {
+// step runs one step: its check, then in a run its plan and its wait.
+func (r *runner) step(tag step.Tag, s step.Step) error {
 	start := r.now()
-	base := Event{Phase: tag, Step: s.ID(), Host: s.Host(), Handler: handler}
+	base := Event{Phase: tag, Step: s.ID(), Host: s.Host()}
 	started := base
 	started.Kind = StepStart
 	r.emit(started)
@@ -212,10 +193,10 @@ func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error
 
 	end := base
 	end.Kind = StepEnd
-	fail := func(err error) (step.Plan, error) {
+	fail := func(err error) error {
 		end.Outcome, end.Err, end.Duration = step.Failed, err, r.now().Sub(start)
 		r.emit(end)
-		return step.Plan{}, &StepError{Phase: tag, Step: s.ID(), Host: s.Host(), Err: err}
+		return &StepError{Phase: tag, Step: s.ID(), Host: s.Host(), Err: err}
 	}
 
 	plan, err := s.Check(ctx)
@@ -226,7 +207,7 @@ func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error
 		end.Outcome, end.Note, end.Warnings = step.Skipped, plan.Skip, plan.Warnings
 		end.Duration = r.now().Sub(start)
 		r.emit(end)
-		return step.Plan{}, nil
+		return nil
 	}
 	w, waits := s.(step.Waiter)
 	if r.opts.Check {
@@ -257,12 +238,10 @@ func (r *runner) step(tag step.Tag, s step.Step, handler bool) (step.Plan, error
 	end.Outcome = step.OK
 	if !plan.Empty() {
 		end.Outcome = step.Changed
-	} else {
-		plan.Notify = nil
 	}
 	end.Duration = r.now().Sub(start)
 	r.emit(end)
-	return plan, nil
+	return nil
 }
 
 // wait runs w's wait under its bound: every wait of a run ends, one way
@@ -275,9 +254,10 @@ func wait(ctx context.Context, w step.Waiter) error {
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	err := w.Wait(wctx)
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), bound.String()) {
-		// A waiter's own message names its bound with what it last saw;
-		// a bare deadline still says why.
+	var own *step.TimeoutError
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &own) {
+		// A waiter's own TimeoutError names its bound with what it last
+		// saw; a bare deadline still says why.
 		return fmt.Errorf("gave up after %s: %w", bound, err)
 	}
 	return err

@@ -34,11 +34,8 @@ func phases(w *steptest.World) []step.Phase {
 			&steptest.File{StepID: "vm", HostName: "pve", Path: "/vm", Content: "vm 110", W: w},
 		}},
 		{Tag: step.TagK3s, Steps: []step.Step{
-			&steptest.File{StepID: "config", HostName: "vm", Path: "/etc/k3s.yaml", Content: "tls-san: x", W: w, Notify: []string{"restart-k3s"}},
-			&steptest.File{StepID: "env", HostName: "vm", Path: "/etc/k3s.env", Content: "A=1", W: w, Notify: []string{"restart-k3s"}},
-		}, Handlers: []step.Step{
-			&steptest.Action{StepID: "restart-k3s", HostName: "vm", W: w},
-			&steptest.Action{StepID: "never-notified", HostName: "vm", W: w},
+			&steptest.File{StepID: "config", HostName: "vm", Path: "/etc/k3s.yaml", Content: "tls-san: x", W: w},
+			&steptest.File{StepID: "env", HostName: "vm", Path: "/etc/k3s.env", Content: "A=1", W: w},
 		}},
 	}
 }
@@ -50,14 +47,14 @@ func TestConvergeThenNoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"vm/image=changed", "vm/vm=changed", "k3s/config=changed", "k3s/env=changed", "k3s/restart-k3s=changed"}
+	want := []string{"vm/image=changed", "vm/vm=changed", "k3s/config=changed", "k3s/env=changed"}
 	if got := ev.ends(); !reflect.DeepEqual(got, want) {
 		t.Errorf("first run:\n got %v\nwant %v", got, want)
 	}
-	if got := w.Mutations(); len(got) != 5 || got[4] != "run restart-k3s" {
-		t.Errorf("mutations = %v (handler must run once, after both notifiers)", got)
+	if got := w.Mutations(); len(got) != 4 {
+		t.Errorf("mutations = %v", got)
 	}
-	if res.Recap.Total.Changed != 5 || res.Recap.Hosts["pve"].Changed != 2 || res.Recap.Hosts["vm"].Changed != 3 {
+	if res.Recap.Total.Changed != 4 || res.Recap.Hosts["pve"].Changed != 2 || res.Recap.Hosts["vm"].Changed != 2 {
 		t.Errorf("recap = %+v, hosts %+v %+v", res.Recap.Total, res.Recap.Hosts["pve"], res.Recap.Hosts["vm"])
 	}
 
@@ -69,7 +66,7 @@ func TestConvergeThenNoop(t *testing.T) {
 	if res.Recap.Total != (Counts{OK: 4}) {
 		t.Errorf("second run recap = %+v, want ok=4 changed=0", res.Recap.Total)
 	}
-	if len(w.Mutations()) != 5 {
+	if len(w.Mutations()) != 4 {
 		t.Errorf("second run mutated: %v", w.Mutations())
 	}
 }
@@ -84,8 +81,8 @@ func TestCheckMutatesNothing(t *testing.T) {
 	if m := w.Mutations(); len(m) != 0 {
 		t.Fatalf("check mode mutated: %v", m)
 	}
-	// Pending changes are reported as changed, handlers included.
-	if res.Recap.Total.Changed != 5 || res.Pending != 5 {
+	// Pending changes are reported as changed.
+	if res.Recap.Total.Changed != 4 || res.Pending != 4 {
 		t.Errorf("check recap = %+v", res.Recap.Total)
 	}
 	for _, e := range ev {
@@ -132,33 +129,6 @@ func TestTags(t *testing.T) {
 				t.Errorf("got %v, want %v", tags, tt.want)
 			}
 		})
-	}
-}
-
-func TestHandlerOnlyWhenNotifierChanged(t *testing.T) {
-	w := steptest.NewWorld()
-	w.Files["/etc/k3s.yaml"] = "tls-san: x"
-	w.Files["/etc/k3s.env"] = "A=1"
-	var ev events
-	if _, err := Run(context.Background(), phases(w), Options{Tags: []step.Tag{step.TagK3s}}, &ev); err != nil {
-		t.Fatal(err)
-	}
-	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/config=ok", "k3s/env=ok"}) {
-		t.Errorf("got %v; a handler must not run when nothing notified it", got)
-	}
-	// One notifier changed: the handler runs once.
-	w.Files["/etc/k3s.env"] = "A=0"
-	ev = nil
-	if _, err := Run(context.Background(), phases(w), Options{Tags: []step.Tag{step.TagK3s}}, &ev); err != nil {
-		t.Fatal(err)
-	}
-	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/config=ok", "k3s/env=changed", "k3s/restart-k3s=changed"}) {
-		t.Errorf("got %v", got)
-	}
-	for _, e := range ev {
-		if e.Kind == StepEnd && e.Step == "restart-k3s" && !e.Handler {
-			t.Errorf("handler event not marked as handler")
-		}
 	}
 }
 
@@ -330,8 +300,17 @@ func TestWaiter(t *testing.T) {
 	forever := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
 		Release: make(chan struct{}), Timeout: 20 * time.Millisecond}
 	_, err = Run(context.Background(), ps(forever), Options{}, &events{})
-	if !errors.As(err, &se) || !strings.Contains(err.Error(), "still waiting: /node is , not Ready") {
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "gave up after 20ms: still waiting: /node is , not Ready") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("bounded wait: %v", err)
+	}
+	// A waiter that names its bound itself (a step.TimeoutError) is left
+	// as it is, its chain kept.
+	own := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
+		Release: make(chan struct{}), Timeout: 20 * time.Millisecond, OwnTimeout: true}
+	_, err = Run(context.Background(), ps(own), Options{}, &events{})
+	var te *step.TimeoutError
+	if !errors.As(err, &te) || strings.Contains(err.Error(), "gave up") || !strings.Contains(err.Error(), "Ready not reached after 20ms: /node is , not Ready") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a waiter's own timeout: %v", err)
 	}
 	// A waiter without a bound is refused, not waited for forever.
 	unbounded := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),

@@ -31,10 +31,8 @@ type Event struct {
 	Check bool // the run is in check mode: changes are pending, not made
 	Phase step.Tag
 	// Phases lists the selected phases (RunStart).
-	Phases []step.Tag
-	Step   string // step ID, or "gather-facts", or a handler's ID
-	// Handler is set when the step ran as a handler.
-	Handler  bool
+	Phases   []step.Tag
+	Step     string // step ID, or "gather-facts"
 	Host     string
 	Outcome  step.Outcome
 	Changes  []step.Change

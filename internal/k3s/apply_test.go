@@ -23,17 +23,26 @@ func TestApplyRunsThePlan(t *testing.T) {
 		step   func(v *VM) step.Step
 		facts  func(v *VM)
 		tamper any
+		// answer is what the VM answers (remotetest.EmptyBatch when
+		// nil): the facts Apply reads back.
+		answer func(remote.Cmd) (remote.Result, error)
 		want   []string
 	}{
 		{name: "guest-agent", step: func(v *VM) step.Step { return &GuestAgent{V: v} }, tamper: marked,
 			want: []string{"run echo planned", "run echo planned"}},
 		{name: "config", step: func(v *VM) step.Step { return &Config{V: v} }, tamper: file, want: []string{"write /planned"}},
-		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} }, tamper: marked, want: []string{"run echo planned"}},
+		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} }, tamper: marked,
+			// Apply reads the version back: the installed one is the plan's.
+			answer: remotetest.Batch(map[string]string{"sh -c 'command -v k3s": "k3s version v1.35.7+k3s1 (8d0d2a5e)\ngo version go1.25.4\n", "systemctl is-active": "active\n"}),
+			want:   []string{"run echo planned"}},
 		{name: "restart-k3s", step: func(v *VM) step.Step { return &Restart{NodeReady: &NodeReady{V: v}} },
 			facts: func(v *VM) { v.Installed = "v1.35.7+k3s1" }, tamper: marked, want: []string{"run echo planned"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &remotetest.Host{HostName: "lab-mgmt", Answer: remotetest.EmptyBatch}
+			if tc.answer != nil {
+				h.Answer = tc.answer
+			}
 			v := &VM{Spec: Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), Version: config.K3sRelease{Major: 1, Minor: 35, Patch: 7, Build: 1}, InstallScriptURL: "https://get.k3s.io"}, Host: h}
 			if tc.facts != nil {
 				tc.facts(v)
@@ -49,15 +58,12 @@ func TestApplyRunsThePlan(t *testing.T) {
 				}
 				p.Changes[i].Payload = tc.tamper
 			}
-			before := len(h.Events())
-			_ = s.Apply(context.Background(), p) // facts read back from an empty host may not parse
-			var got []string
-			for _, e := range h.Events()[before:] {
-				if len(got) < len(tc.want) {
-					got = append(got, e)
-				}
+			before := len(h.Effects())
+			if err := s.Apply(context.Background(), p); err != nil {
+				t.Fatalf("apply: %v", err)
 			}
-			if !reflect.DeepEqual(got, tc.want) {
+			// Exactly the plan: one effect more (or fewer) fails.
+			if got := h.Effects()[before:]; !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("applied %q, want %q", got, tc.want)
 			}
 		})

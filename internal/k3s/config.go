@@ -39,8 +39,8 @@ func RenderConfig(s Spec) []byte {
 	return b.Bytes()
 }
 
-// Config writes config.yaml when it differs and notifies the restart
-// handler.
+// Config writes config.yaml when it differs; RestartK3s, a step of its
+// own, sees the file newer than the running k3s and restarts it.
 type Config struct{ V *VM }
 
 var _ step.Step = (*Config)(nil)

@@ -279,7 +279,12 @@ func (s *APIAddress) Host() string { return s.V.Name() }
 // Check implements step.Step: who holds the VIP is observed, never set.
 func (s *APIAddress) Check(ctx context.Context) (step.Plan, error) {
 	holder, err := s.holder(ctx)
-	if err != nil || holder == "" {
+	if err != nil {
+		// Who holds the VIP is only told: a lease that cannot be read
+		// is said, not taken for an answer.
+		return step.Plan{Note: fmt.Sprintf("kube-vip's lease %s not read: %v", KubeVIPLease, err)}, nil
+	}
+	if holder == "" {
 		return step.Plan{Note: "the API answers at " + s.Addr.String()}, nil
 	}
 	return step.Plan{Note: fmt.Sprintf("the API answers at %s, held by %s", s.Addr, holder)}, nil
@@ -354,7 +359,13 @@ func (s *APIAddress) Wait(ctx context.Context) error {
 	err = kube.Until(ctx, []kube.WatchFunc{func(ctx context.Context) (watch.Interface, error) { return leases.Watch(ctx, sel) }},
 		func(ctx context.Context) (bool, error) {
 			l, err := leases.Get(ctx, KubeVIPLease, metav1.GetOptions{})
-			if err != nil || leaseHolder(l) == "" {
+			if err != nil {
+				// Not there yet, or the API between two servers: the
+				// next event looks again, and the deadline says this.
+				last = "read kube-vip's lease " + KubeVIPLease + ": " + err.Error()
+				return false, nil
+			}
+			if leaseHolder(l) == "" {
 				return false, nil
 			}
 			// The holder adds the address as it takes the lease: a
@@ -366,7 +377,7 @@ func (s *APIAddress) Wait(ctx context.Context) error {
 			return true, nil
 		})
 	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("the API does not answer at %s after %s: %s (kube-vip's pods log why: kubectl -n kube-system logs ds/kube-vip-ds)", s.Addr, s.Bound(), last)
+		return step.Timeout(s.Bound(), ctx.Err(), "the API does not answer at %s after %s: %s (kube-vip's pods log why: kubectl -n kube-system logs ds/kube-vip-ds)", s.Addr, s.Bound(), last)
 	}
 	return err
 }

@@ -45,7 +45,7 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 	}
 	if res.ExitCode != 0 {
 		msg := strings.TrimSpace(string(res.Stderr))
-		if strings.Contains(msg, "guest agent is not running") {
+		if agentNotRunning(msg) {
 			return step.Plan{Skip: "the guest agent is not running yet"}, nil
 		}
 		return step.Plan{}, fmt.Errorf("qm guest exec %s: %s", vmid, msg)
@@ -70,3 +70,11 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 
 // Apply implements step.Step; Check never plans a change.
 func (s *HostKeyCheck) Apply(context.Context, step.Plan) error { return nil }
+
+// agentNotRunning reports whether qm guest said the VM's guest agent does
+// not answer yet (`QEMU guest agent is not running`, qemu-server
+// Agent.pm; upstream-facts 1.7): qm's stderr is all that tells it from
+// another failure.
+func agentNotRunning(stderr string) bool {
+	return strings.Contains(stderr, "QEMU guest agent is not running")
+}

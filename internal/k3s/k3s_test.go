@@ -57,3 +57,18 @@ func TestKubeVIPManifestGolden(t *testing.T) {
 	golden(t, "kube-vip.yaml", KubeVIPManifest(KubeVIPSpec{Address: netip.MustParseAddr("192.0.2.60"), Interface: "eth0",
 		Image: "ghcr.io/kube-vip/kube-vip", Version: "v1.2.3"}))
 }
+
+func TestAgentNotRunning(t *testing.T) {
+	for _, c := range []struct {
+		stderr string
+		want   bool
+	}{
+		{"QEMU guest agent is not running", true},
+		{"No QEMU guest agent configured", false},
+		{"VM 110 is not running", false},
+	} {
+		if got := agentNotRunning(c.stderr); got != c.want {
+			t.Errorf("%q: %v, want %v", c.stderr, got, c.want)
+		}
+	}
+}

@@ -96,7 +96,7 @@ func (n *Node) Gather(ctx context.Context) error {
 	case res[0].ExitCode == 0:
 		f.VMExists = true
 		f.Config = ParseConfig(string(res[0].Stdout))
-	case strings.Contains(string(res[0].Stderr), "does not exist"):
+	case missingVM(res[0].Stderr):
 	default:
 		return fmt.Errorf("qm config %s exited %d: %s", n.VMID(), res[0].ExitCode, strings.TrimSpace(string(res[0].Stderr)))
 	}
@@ -167,4 +167,13 @@ func parseSize(s string) (int64, bool) {
 		return 0, false
 	}
 	return int64(f * float64(mult)), true
+}
+
+// missingVM reports whether qm said the VM's config does not exist
+// (`Configuration file 'nodes/<node>/qemu-server/<vmid>.conf' does not
+// exist`, pve-guest-common AbstractConfig load_config; upstream-facts
+// 1.1). qm's stderr and a non-zero exit are all it says: its exit code
+// for this case is not documented.
+func missingVM(stderr []byte) bool {
+	return strings.Contains(string(stderr), "Configuration file '") && strings.Contains(string(stderr), ".conf' does not exist")
 }

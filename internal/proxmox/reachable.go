@@ -155,7 +155,7 @@ func (s *Reachable) Wait(ctx context.Context) error {
 	step.Progress(ctx, "waiting for cloud-init to finish")
 	res, err := h.Run(ctx, remote.Query("cloud-init", "status", "--wait"))
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("cloud-init on VM %s still running after %s: read /var/log/cloud-init.log on the VM (or its console: qm terminal %s on %s)",
+		return step.Timeout(s.Bound(), ctx.Err(), "cloud-init on VM %s still running after %s: read /var/log/cloud-init.log on the VM (or its console: qm terminal %s on %s)",
 			s.N.VMID(), s.Bound(), s.N.VMID(), s.N.Name())
 	}
 	if err != nil {

@@ -85,9 +85,6 @@ type Plan struct {
 	Changes []Change
 	// Skip, when set, says why the step does not apply in this run.
 	Skip string
-	// Notify names handlers of the step's phase to run once, at the end of
-	// the phase, if this plan is applied (or, in check mode, would be).
-	Notify []string
 	// Warnings are drift or advice the step reports but leaves alone.
 	Warnings []string
 	// Note is a one-line account of the observed state, shown when the
@@ -151,7 +148,7 @@ const (
 // Tags lists every phase tag in run order.
 var Tags = []Tag{TagVM, TagK3s, TagAddons, TagCAPI, TagKubeconfig, TagInspector}
 
-// Phase is an ordered group of steps with its handlers.
+// Phase is an ordered group of steps.
 type Phase struct {
 	Tag Tag
 	// Prepare, if set, runs before the first step when the phase is
@@ -159,9 +156,6 @@ type Phase struct {
 	// decide from. It is reported as the phase's "gather-facts" step.
 	Prepare func(ctx context.Context) (host string, err error)
 	Steps   []Step
-	// Handlers run once at the end of the phase, in this order, when a
-	// step's applied plan notified them by ID.
-	Handlers []Step
 }
 
 // TagDestroy is the destroy command's phase; it is not among Tags, so no

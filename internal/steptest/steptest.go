@@ -5,6 +5,7 @@ package steptest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -54,7 +55,6 @@ type File struct {
 	StepID, HostName string
 	Path, Content    string
 	W                *World
-	Notify           []string
 	// ApplyErr makes Apply fail (after the check found a change).
 	ApplyErr error
 	// CheckErr makes Check fail.
@@ -90,7 +90,6 @@ func (f *File) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{
 		Changes: []step.Change{{Target: f.Path, Action: action, Summary: summary,
 			Diff: &step.Diff{Path: f.Path, Before: cur, After: f.Content}, Payload: f.Content}},
-		Notify: f.Notify,
 	}, nil
 }
 
@@ -121,6 +120,9 @@ type Wait struct {
 	Waited, Observed int
 	// HadDeadline says Wait's context had a deadline.
 	HadDeadline bool
+	// OwnTimeout makes a wait that runs out of its bound say so itself,
+	// as a step.TimeoutError; otherwise it returns the bare deadline.
+	OwnTimeout bool
 }
 
 var _ step.Waiter = (*Wait)(nil)
@@ -170,13 +172,19 @@ func (s *Wait) Wait(ctx context.Context) error {
 	case <-s.Release:
 	case <-ctx.Done():
 	}
-	if done, why, _ := s.Observe(ctx); !done {
-		return errors.New("still waiting: " + why)
+	done, why, _ := s.Observe(ctx)
+	switch {
+	case done:
+		return nil
+	case ctx.Err() != nil && s.OwnTimeout:
+		return step.Timeout(s.Bound(), ctx.Err(), "%s not reached after %s: %s", s.Want, s.Bound(), why)
+	case ctx.Err() != nil:
+		return fmt.Errorf("still waiting: %s: %w", why, ctx.Err())
 	}
-	return nil
+	return errors.New("still waiting: " + why)
 }
 
-// Action is a handler-like step that always has one thing to run.
+// Action is a step that always has one thing to run.
 type Action struct {
 	StepID, HostName string
 	W                *World

@@ -40,7 +40,6 @@ type jsonEvent struct {
 	Phases     []step.Tag    `json:"phases,omitempty"`
 	Phase      step.Tag      `json:"phase,omitempty"`
 	Step       string        `json:"step,omitempty"`
-	Handler    bool          `json:"handler,omitempty"`
 	Host       string        `json:"host,omitempty"`
 	Outcome    *step.Outcome `json:"outcome,omitempty"`
 	Changes    []jsonChange  `json:"changes,omitempty"`
@@ -69,7 +68,7 @@ func (j *JSON) Event(e engine.Event) {
 	defer j.mu.Unlock()
 	s := j.x.String
 	out := jsonEvent{Event: e.Kind.String(), Time: e.Time.UTC().Format("2006-01-02T15:04:05.000Z"), Check: e.Check,
-		Phases: e.Phases, Phase: e.Phase, Step: e.Step, Handler: e.Handler, Host: e.Host,
+		Phases: e.Phases, Phase: e.Phase, Step: e.Step, Host: e.Host,
 		Note: s(e.Note), Message: s(e.Message)}
 	switch e.Kind {
 	case engine.StepEnd:

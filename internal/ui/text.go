@@ -104,9 +104,6 @@ func summary(e engine.Event) string {
 
 func (t *Text) stepEnd(e engine.Event) {
 	name := string(e.Phase) + "/" + e.Step
-	if e.Handler {
-		name += " (handler)"
-	}
 	host := ""
 	if e.Host != "" {
 		host = " [" + e.Host + "]"

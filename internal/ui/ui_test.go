@@ -39,10 +39,11 @@ func world() (*steptest.World, []step.Phase) {
 		}},
 		{Tag: step.TagK3s, Steps: []step.Step{
 			&steptest.File{StepID: "config", HostName: "lab-mgmt", Path: "/etc/rancher/k3s/config.yaml",
-				Content: "disable:\n- traefik\nwrite-kubeconfig-mode: \"0600\"\n", W: w, Notify: []string{"restart-k3s"}},
+				Content: "disable:\n- traefik\nwrite-kubeconfig-mode: \"0600\"\n", W: w},
 			&steptest.File{StepID: "credentials", HostName: "lab-mgmt", Path: "/root/creds", Content: "PROXMOX_SECRET=" + secret + "\n", W: w},
 			&steptest.File{StepID: "skipped", HostName: "lab-mgmt", Skip: "not needed", W: w},
-		}, Handlers: []step.Step{&steptest.Action{StepID: "restart-k3s", HostName: "lab-mgmt", W: w}}},
+			&steptest.File{StepID: "service-env", HostName: "lab-mgmt", Path: "/etc/systemd/system/k3s.service.env", Content: "K3S_NODE_NAME=lab-mgmt\n", W: w},
+		}},
 	}
 }
 
@@ -99,7 +100,7 @@ func TestTextNoop(t *testing.T) {
 	if _, err := engine.Run(context.Background(), ps, engine.Options{Now: fixedClock()}, NewText(&out, TextOptions{})); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "total: ok=3 changed=0 failed=0 skipped=1 (nothing changed)") {
+	if !strings.Contains(out.String(), "total: ok=4 changed=0 failed=0 skipped=1 (nothing changed)") {
 		t.Errorf("second run does not say changed=0:\n%s", out.String())
 	}
 }

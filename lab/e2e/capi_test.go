@@ -219,6 +219,16 @@ func TestFullRun(t *testing.T) {
 		!strings.Contains(r.Stderr, `chart "cert-manager" matching v1.99.0 not found in cert-manager index`) || !strings.Contains(r.Stderr, "BackOff") {
 		t.Errorf("wrong chart version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
+	// Repeated Events are one line each, with their count.
+	seen := map[string]bool{}
+	for _, l := range strings.Split(r.Stderr, "\n") {
+		if strings.HasPrefix(l, "  Warning ") || strings.HasPrefix(l, "  Normal ") {
+			if seen[l] {
+				t.Errorf("event listed twice: %q\n%s", l, r.Stderr)
+			}
+			seen[l] = true
+		}
+	}
 	e.editConfig("  certManager:\n    version: v1.99.0\n", "")
 	mustSucceed(t, e.apply("--tags", "addons"), "back to the pinned chart")
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {

@@ -26,10 +26,11 @@ type Host struct {
 	// not exist.
 	Files map[string][]byte
 
-	mu     sync.Mutex
-	ran    []remote.Cmd
-	wrote  []remote.File
-	events []string
+	mu      sync.Mutex
+	ran     []remote.Cmd
+	wrote   []remote.File
+	events  []string
+	effects []string
 }
 
 var _ remote.Host = (*Host)(nil)
@@ -42,6 +43,9 @@ func (h *Host) Run(ctx context.Context, c remote.Cmd) (remote.Result, error) {
 	h.mu.Lock()
 	h.ran = append(h.ran, c)
 	h.events = append(h.events, "run "+c.String())
+	if !c.ReadOnly {
+		h.effects = append(h.effects, "run "+c.String())
+	}
 	h.mu.Unlock()
 	if path, ok := strings.CutPrefix(c.Name, "read "); ok && h.Files != nil {
 		// remote.ReadFile's script, as a read-only gate runs it: the
@@ -74,6 +78,7 @@ func (h *Host) WriteFile(ctx context.Context, f remote.File) (bool, error) {
 	defer h.mu.Unlock()
 	h.wrote = append(h.wrote, f)
 	h.events = append(h.events, "write "+f.Path)
+	h.effects = append(h.effects, "write "+f.Path)
 	return true, nil
 }
 
@@ -103,6 +108,15 @@ func (h *Host) Events() []string {
 	return append([]string(nil), h.events...)
 }
 
+// Effects is what changed the host, in order: every write, and every
+// command not marked read-only (remote.Query, a read-only gate's); the
+// reads a step makes to learn where it stands are not among them.
+func (h *Host) Effects() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.effects...)
+}
+
 var batchMarker = regexp.MustCompile(`printf '\\nmgmtctl-([0-9a-f]{16}) ([0-9]+) %s\\n'`)
 
 // EmptyBatch answers a remote.Batch as if each of its commands printed
@@ -118,4 +132,33 @@ func EmptyBatch(c remote.Cmd) (remote.Result, error) {
 		fmt.Fprintf(&out, "\nmgmtctl-%s %s 0\n\nmgmtctl-%s-err %s\n", m[1], m[2], m[1], m[2])
 	}
 	return remote.Result{Stdout: []byte(out.String())}, nil
+}
+
+var batchLine = regexp.MustCompile(`\( \{ (.*); \} </dev/null >"\$d/([0-9]+)"`)
+
+// Batch answers a remote.Batch as a host would whose commands print the
+// stdout of the first entry of outs their command line starts with (and
+// nothing otherwise), each exiting 0; any other command gets the zero
+// Result.
+func Batch(outs map[string]string) func(remote.Cmd) (remote.Result, error) {
+	return func(c remote.Cmd) (remote.Result, error) {
+		if len(c.Args) != 3 || c.Args[0] != "sh" {
+			return remote.Result{}, nil
+		}
+		lines := map[string]string{}
+		for _, m := range batchLine.FindAllStringSubmatch(c.Args[2], -1) {
+			lines[m[2]] = m[1]
+		}
+		var out strings.Builder
+		for _, m := range batchMarker.FindAllStringSubmatch(c.Args[2], -1) {
+			for prefix, o := range outs {
+				if strings.HasPrefix(lines[m[2]], prefix) {
+					out.WriteString(o)
+					break
+				}
+			}
+			fmt.Fprintf(&out, "\nmgmtctl-%s %s 0\n\nmgmtctl-%s-err %s\n", m[1], m[2], m[1], m[2])
+		}
+		return remote.Result{Stdout: []byte(out.String())}, nil
+	}
 }
