@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"io"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -38,8 +39,9 @@ type env struct {
 	phases func(*phase.Session) []step.Phase
 	// destroy, when set, replaces the destroy phase.
 	destroy func(*phase.Session) step.Phase
-	// in is the standard input.
-	in string
+	// in is the standard input; stdin, when set, replaces it.
+	in    string
+	stdin io.Reader
 }
 
 func newEnv(t *testing.T) *env {
@@ -58,9 +60,13 @@ func (e *env) run(args ...string) int {
 }
 
 func (e *env) opts() Options {
+	var in io.Reader = strings.NewReader(e.in)
+	if e.stdin != nil {
+		in = e.stdin
+	}
 	return Options{Out: &e.out, Err: &e.err, Getenv: func(k string) string { return e.vars[k] },
 		Home: e.home, CacheDir: filepath.Join(e.home, ".cache"), Hostname: "laptop", Pid: 42,
-		Version: "test", Phases: e.phases, Destroy: e.destroy, In: strings.NewReader(e.in)}
+		Version: "test", Phases: e.phases, Destroy: e.destroy, In: in}
 }
 
 // writeConfig writes a valid config whose Proxmox host is addr.

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -22,7 +23,8 @@ func newDestroy(g *global, o *Options) *cobra.Command {
 		Long: "destroy lists what it will remove: the VM (only if mgmtctl created it: its name is the\n" +
 			"cluster's and it carries the mgmtctl tag), the admin and inspector kubeconfigs, the VM's\n" +
 			"known_hosts entry. It asks for the cluster's name to confirm (or --yes), then stops and\n" +
-			"destroys the VM with its disks. The cloud image and the Proxmox API token stay.\n" +
+			"destroys the VM with its disks: exactly what it listed. If that changed while it asked,\n" +
+			"it shows the difference and removes nothing. The cloud image and the Proxmox API token stay.\n" +
 			"A second destroy finds nothing to remove and exits 0.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -31,15 +33,6 @@ func newDestroy(g *global, o *Options) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	return cmd
-}
-
-// planned collects the changes a check run of the destroy phase found.
-type planned struct{ changes []step.Change }
-
-func (p *planned) Event(e engine.Event) {
-	if e.Kind == engine.StepEnd {
-		p.changes = append(p.changes, e.Changes...)
-	}
 }
 
 func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
@@ -54,7 +47,8 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 	// First what would be removed, under the node's lock, which the real
 	// run keeps: nobody changes the VM between the question and the act.
 	p := &planned{}
-	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{d.log, p}); err != nil {
+	listed := &engine.Listed{}
+	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{d.log, p, listed}); err != nil {
 		return d.fail(err)
 	}
 	info := d.info()
@@ -75,10 +69,32 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 	if !d.confirm(yes, "destroy it") {
 		return exitError(ExitFailed)
 	}
-	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now}, d.listeners(false)); err != nil {
+	// The world may have moved while the question was open: look again,
+	// and remove nothing unless it is still exactly what was listed.
+	again := &engine.Listed{}
+	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{d.log, again}); err != nil {
+		return d.fail(err)
+	}
+	if diff := listed.Diff(again); diff != "" {
+		fmt.Fprintf(o.Err, "error: what destroy would remove changed since it was listed; nothing was removed:\n%s\nrun destroy again to see the new list\n", d.x.String(diff))
+		return reported{errors.New("destroy: the plan changed after it was listed")}
+	}
+	// The run carries out the listed plans, each step refusing if its own
+	// is not the one listed.
+	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now, Listed: listed}, d.listeners(false)); err != nil {
 		return d.fail(err)
 	}
 	return nil
+}
+
+// planned collects the changes a check run of the destroy phase found,
+// in the order of the steps.
+type planned struct{ changes []step.Change }
+
+func (p *planned) Event(e engine.Event) {
+	if e.Kind == engine.StepEnd {
+		p.changes = append(p.changes, e.Changes...)
+	}
 }
 
 // readLine reads one line of the answer; a closed or empty input is no

@@ -5,8 +5,10 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -22,6 +24,93 @@ type Options struct {
 	SkipTags []step.Tag
 	// Now is the clock, for tests; nil means time.Now.
 	Now func() time.Time
+	// Listed, when set, are the plans a check run showed and the user
+	// approved, by step (Listed.Record collects them): a run then carries
+	// out exactly those, and a step whose plan is not the one listed
+	// fails with a *PlanChangedError before it changes anything.
+	Listed *Listed
+}
+
+// StepKey names one step of a run.
+type StepKey struct {
+	Phase      step.Tag
+	Step, Host string
+}
+
+// Listed is the plans of a check run, by step; it is a Listener.
+type Listed struct{ plans map[StepKey]step.Plan }
+
+// Event implements Listener: it records each step's plan as checked.
+func (l *Listed) Event(e Event) {
+	if e.Kind != StepEnd || e.Outcome == step.Failed {
+		return
+	}
+	if l.plans == nil {
+		l.plans = map[StepKey]step.Plan{}
+	}
+	l.plans[StepKey{e.Phase, e.Step, e.Host}] = step.Plan{Changes: e.Changes}
+}
+
+// Changes is every listed change, in no particular order of steps.
+func (l *Listed) Changes() []step.Change {
+	var out []step.Change
+	for _, p := range l.plans {
+		out = append(out, p.Changes...)
+	}
+	return out
+}
+
+// Diff says how other differs from l, step by step, or "" when they list
+// the same changes.
+func (l *Listed) Diff(other *Listed) string {
+	keys := map[StepKey]bool{}
+	for k := range l.plans {
+		keys[k] = true
+	}
+	for k := range other.plans {
+		keys[k] = true
+	}
+	var lines []string
+	for k := range keys {
+		a, b := summaries(l.plans[k]), summaries(other.plans[k])
+		if a != b {
+			lines = append(lines, fmt.Sprintf("%s/%s on %s: listed %s, now %s", k.Phase, k.Step, k.Host, orNothing(a), orNothing(b)))
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// summaries is how a plan reads to its user: each change's action,
+// target and summary, and what its diff shows (hashed: a secret stays
+// out of messages).
+func summaries(p step.Plan) string {
+	var parts []string
+	for _, c := range p.Changes {
+		part := c.Action.String() + " " + c.Target + ": " + c.Summary
+		if c.Diff != nil {
+			sum := sha256.Sum256([]byte(c.Diff.Before + "\x00" + c.Diff.After))
+			part += fmt.Sprintf(" (diff %x)", sum[:4])
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func orNothing(s string) string {
+	if s == "" {
+		return "nothing"
+	}
+	return "[" + s + "]"
+}
+
+// PlanChangedError is a step whose plan is no longer the one listed.
+type PlanChangedError struct {
+	Listed, Now step.Plan
+}
+
+func (e *PlanChangedError) Error() string {
+	return fmt.Sprintf("the plan changed since it was listed: listed %s, now %s; nothing of it was carried out", orNothing(summaries(e.Listed)), orNothing(summaries(e.Now)))
 }
 
 // StepError is the failure of one step, with where it happened.
@@ -208,6 +297,16 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 		end.Duration = r.now().Sub(start)
 		r.emit(end)
 		return nil
+	}
+	if l := r.opts.Listed; l != nil && !r.opts.Check {
+		listed := l.plans[StepKey{tag, s.ID(), s.Host()}]
+		if summaries(listed) != summaries(plan) {
+			return fail(&PlanChangedError{Listed: listed, Now: plan})
+		}
+		// What was listed is what is carried out: its payloads are the
+		// ones shown and approved, not the ones checked again.
+		listed.Warnings, listed.Note = plan.Warnings, plan.Note
+		plan = listed
 	}
 	w, waits := s.(step.Waiter)
 	if r.opts.Check {

@@ -332,3 +332,35 @@ func TestWaiter(t *testing.T) {
 		t.Errorf("changes then wait: %v (waited %d, observed %d)", got, both.Waited, both.Observed)
 	}
 }
+
+// TestListedPlansAreWhatRuns: a run given the plans a check listed carries
+// out those; a step whose plan is no longer the listed one fails before it
+// changes anything.
+func TestListedPlansAreWhatRuns(t *testing.T) {
+	w := steptest.NewWorld()
+	ps := phases(w)
+	listed := &Listed{}
+	if _, err := Run(context.Background(), ps, Options{Check: true, Tags: []step.Tag{step.TagVM}}, listed); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed.Changes()) != 2 {
+		t.Fatalf("listed %+v", listed.Changes())
+	}
+	// The world moves after the list: the second step's plan differs.
+	w.Files["/vm"] = "vm 109"
+	_, err := Run(context.Background(), ps, Options{Listed: listed, Tags: []step.Tag{step.TagVM}}, &events{})
+	var pc *PlanChangedError
+	if !errors.As(err, &pc) || !strings.Contains(err.Error(), "listed [create /vm: create /vm") || !strings.Contains(err.Error(), "now [update /vm: update /vm") {
+		t.Fatalf("changed plan: %v", err)
+	}
+	if got := w.Mutations(); len(got) != 1 || got[0] != "write /img" {
+		t.Errorf("mutations %v: the changed step must not run", got)
+	}
+	again := &Listed{}
+	if _, err := Run(context.Background(), ps, Options{Check: true, Tags: []step.Tag{step.TagVM}}, again); err != nil {
+		t.Fatal(err)
+	}
+	if d := listed.Diff(again); !strings.Contains(d, "vm/image on pve: listed [create /img") || !strings.Contains(d, "now nothing") {
+		t.Errorf("diff: %q", d)
+	}
+}

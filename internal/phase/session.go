@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -219,7 +220,11 @@ func (s *Session) VMTarget(srv config.Server) remote.Target {
 func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait bool, progress func(string)) (remote.Host, error) {
 	t := s.VMTarget(srv)
 	created = created || s.VMNeverReached(srv)
-	if created && !s.forgotVMKey[t.Addr] {
+	if created && s.ReadOnly {
+		// plan and status look and write nothing: the entry a run would
+		// forget (an earlier VM's key at this address) is not consulted.
+		t.KnownHosts = slices.DeleteFunc(slices.Clone(t.KnownHosts), func(f string) bool { return f == s.VMKnownHosts() })
+	} else if created && !s.forgotVMKey[t.Addr] {
 		if err := remote.ForgetHostKey(s.VMKnownHosts(), t.Addr); err != nil {
 			return nil, fmt.Errorf("update %s: %w", s.VMKnownHosts(), err)
 		}

@@ -124,4 +124,23 @@ func TestVerification(t *testing.T) {
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
 		t.Errorf("run with a workload cluster defined: %s", got)
 	}
+
+	// The internet unreachable while a version the operator has not
+	// fetched is pinned: clusterctl's library retries for a minute, then
+	// the operator's condition says why, and mgmtctl reports it.
+	if err := e.SetFault("drop-connections", "mirror", true); err != nil {
+		t.Fatal(err)
+	}
+	e.editConfig("  kubeconfig:", providersAt("v1.12.11", "v0.9.0")+"  kubeconfig:")
+	r = e.apply("--tags", "capi", "--wait-timeout", "100s")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "ProviderInstalled=False ComponentsFetchError: ") || !strings.Contains(r.Stderr, "v0.9.0") {
+		t.Errorf("unreachable release: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if err := e.SetFault("drop-connections", "", false); err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, e.apply("--tags", "capi"), "the release reachable again")
+	if got := e.adminKubectl("get", "infrastructureprovider", "-n", "capmox-system", "proxmox", "-o", "jsonpath={.status.installedVersion}").Stdout; got != "v0.9.0" {
+		t.Errorf("infrastructure provider once reachable: %q", got)
+	}
 }

@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+)
+
+// diskState is every file under the laptop's home, the Proxmox node's
+// /etc (with the cluster's /etc/pve) and the VM's /etc and
+// /var/lib/rancher, as they sit on the hosts' disks: path, mode and a
+// hash of the content. Left out: what changes by itself, the datastore k3s
+// writes to all the time (server/db), and the run's own debug log, a
+// cache file that is the record of the run.
+func (e *env) diskState() map[string]string {
+	e.t.Helper()
+	roots := map[string]string{
+		"laptop:~":        e.LaptopHome(),
+		"pve:/etc":        filepath.Join(e.HostDisk("pve"), "upper/etc"),
+		"pve:/etc/pve":    e.Pmxcfs(),
+		"vm:/etc":         filepath.Join(e.VMDisk(lab.VMID), "upper/etc"),
+		"vm:/var/lib/k3s": filepath.Join(e.VMDisk(lab.VMID), "upper/var/lib/rancher"),
+	}
+	skip := []string{"k3s/server/db/", ".cache/mgmtctl/runs/"}
+	state := map[string]string{}
+	for name, root := range roots {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			rel, _ := filepath.Rel(root, p)
+			for _, s := range skip {
+				if strings.HasPrefix(rel+"/", s) {
+					if d.IsDir() {
+						return filepath.SkipDir
+					}
+					return nil
+				}
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			v := info.Mode().String()
+			if info.Mode().IsRegular() {
+				b, _ := os.ReadFile(p)
+				sum := sha256.Sum256(b)
+				v += " " + hex.EncodeToString(sum[:8])
+			} else if info.Mode()&fs.ModeSymlink != 0 {
+				l, _ := os.Readlink(p)
+				v += " -> " + l
+			}
+			state[name+"/"+rel] = v
+			return nil
+		})
+	}
+	return state
+}
+
+// diffStates lists what differs between two disk states.
+func diffStates(before, after map[string]string) string {
+	var out []string
+	for k, v := range before {
+		if w, ok := after[k]; !ok {
+			out = append(out, "removed "+k)
+		} else if w != v {
+			out = append(out, fmt.Sprintf("changed %s: %s -> %s", k, v, w))
+		}
+	}
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			out = append(out, "added "+k)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// readOnlyRuns runs plan and status (text and JSON) and fails the test if
+// any of them changed a file on the laptop, the node or the VM.
+func (e *env) readOnlyRuns(t *testing.T, what string, wantStatus int) {
+	t.Helper()
+	before := e.diskState()
+	if r := e.mgmtctl("plan"); r.Code != 0 && r.Code != 4 {
+		t.Errorf("%s: plan exit %d\n%s\n%s", what, r.Code, r.Stdout, r.Stderr)
+	}
+	if r := e.mgmtctl("status"); r.Code != wantStatus {
+		t.Errorf("%s: status exit %d, want %d\n%s\n%s", what, r.Code, wantStatus, r.Stdout, r.Stderr)
+	}
+	e.mgmtctl("status", "-o", "json")
+	if d := diffStates(before, e.diskState()); d != "" {
+		t.Errorf("%s: plan and status wrote:\n%s", what, d)
+	}
+}
+
+// TestPlanAndStatusWriteNothing: plan and status leave every file of the
+// laptop, the node and the VM byte for byte as they found it, on a VM
+// created and never reached, on a converged lab, and on a degraded one.
+func TestPlanAndStatusWriteNothing(t *testing.T) {
+	e := start(t)
+	// Half-converged: the VM created, its guest never up, so mgmtctl
+	// never reached it (its new-VM marker and no key for it).
+	if err := e.SetFault("fail-boot", "", true); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.apply("--tags", "vm", "--wait-timeout", "5s"); r.Code == 0 {
+		t.Fatalf("apply with a VM that never boots succeeded:\n%s", r.Stdout)
+	}
+	e.readOnlyRuns(t, "VM created, never reached", 4)
+	if err := e.SetFault("fail-boot", "", false); err != nil {
+		t.Fatal(err)
+	}
+
+	mustSucceed(t, e.apply(), "apply")
+	e.readOnlyRuns(t, "converged", 0)
+
+	// Degraded: k3s stopped on the VM.
+	if r := e.vmSSH("sudo systemctl stop k3s"); r.Code != 0 {
+		t.Fatalf("stop k3s: %+v", r)
+	}
+	e.readOnlyRuns(t, "k3s stopped", 1)
+}
