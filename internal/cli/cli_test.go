@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"io"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
