@@ -52,7 +52,7 @@ func vmPhase(s *Session) step.Phase {
 		}
 		steps = append(steps,
 			&proxmox.Image{N: n},
-			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, BeforeCreate: func() error { return s.MarkNewVM(srv) }},
+			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, Marker: s.newVMMarker(srv), WriteMarker: s.MarkNewVM},
 			&proxmox.GrowDisk{N: n},
 			&proxmox.StartVM{N: n})
 		waits = append(waits, &proxmox.Reachable{N: n, Dial: dial, Record: newVM{s, srv}, Timeout: s.WaitTimeout})

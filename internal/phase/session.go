@@ -193,9 +193,9 @@ func (r newVM) RecordGaveUp() error {
 	return errors.Join(err, f.Close())
 }
 
-// MarkNewVM records that this run is about to create srv's VM.
-func (s *Session) MarkNewVM(srv config.Server) error {
-	p := s.newVMMarker(srv)
+// MarkNewVM writes the record, at p (newVMMarker's path for the server),
+// that this run is about to create a VM.
+func (s *Session) MarkNewVM(p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}

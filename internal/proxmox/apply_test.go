@@ -36,10 +36,10 @@ func TestApplyRunsThePlan(t *testing.T) {
 		{name: "create-vm", step: func(n *Node) step.Step { return &CreateVM{N: n, AuthorizedKey: "ssh-ed25519 AAAA laptop"} },
 			tamper: func(c *step.Change) {
 				cr := c.Payload.(Creation)
-				cr.Keys.Path, cr.Create = "/root/planned.pub", marked
+				cr.Keys.Path, cr.Create, cr.Cleanup = "/root/planned.pub", marked, remote.Command("echo", "cleaned")
 				c.Payload = cr
 			},
-			want: []string{"write /root/planned.pub", "run echo planned", "run rm -f -- /root/planned.pub"}},
+			want: []string{"write /root/planned.pub", "run echo planned", "run echo cleaned"}},
 		{name: "grow-disk", step: func(n *Node) step.Step { return &GrowDisk{N: n} },
 			facts: func(n *Node) {
 				n.Facts.VMExists, n.Facts.Config = true, ParseConfig("scsi0: local-lvm:vm-110-disk-0,size=3584M\n")
@@ -219,5 +219,30 @@ func TestDestroyOnlyMgmtctlsVM(t *testing.T) {
 				t.Errorf("commands %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCreateVMRecordsThePlannedMarker: the laptop's record of a new VM is
+// part of the create plan (its summary names it) and is written where the
+// plan says, before qm create.
+func TestCreateVMRecordsThePlannedMarker(t *testing.T) {
+	var order []string
+	h := &remotetest.Host{HostName: "pve", Answer: remotetest.EmptyBatch}
+	s := &CreateVM{N: &Node{Spec: spec(), Host: h}, AuthorizedKey: "ssh-ed25519 AAAA laptop", Marker: "/home/u/.config/mgmtctl/new-vm-110",
+		WriteMarker: func(p string) error { order = append(order, "marker "+p); return nil }}
+	p, err := s.Check(context.Background())
+	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "record it as new in /home/u/.config/mgmtctl/new-vm-110") ||
+		!strings.Contains(p.Changes[0].Diff.After, "rm -f -- /root/.mgmtctl-sshkeys-110.pub") {
+		t.Fatalf("plan: %+v %v", p, err)
+	}
+	cr := p.Changes[0].Payload.(Creation)
+	cr.Marker = "/planned/marker"
+	p.Changes[0].Payload = cr
+	if err := s.Apply(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	order = append(order, h.Effects()...)
+	if len(order) < 2 || order[0] != "marker /planned/marker" || !strings.HasPrefix(order[1], "write ") {
+		t.Errorf("order: %q", order)
 	}
 }

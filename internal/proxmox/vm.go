@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,10 +18,12 @@ type CreateVM struct {
 	N *Node
 	// AuthorizedKey is the VM user's public key line.
 	AuthorizedKey string
-	// BeforeCreate runs just before qm create: it records on the laptop that
-	// this VM is new, so its host key may be learned even if the run dies
-	// right after creating it.
-	BeforeCreate func() error
+	// Marker is the laptop file that records this VM as new, written
+	// just before qm create, so its host key may be learned even if the
+	// run dies right after creating it; empty for none.
+	Marker string
+	// WriteMarker writes the marker at the planned path.
+	WriteMarker func(path string) error
 }
 
 var _ step.Step = (*CreateVM)(nil)
@@ -62,11 +65,15 @@ func (s *CreateVM) CreateArgs() []string {
 	}
 }
 
-// Creation is CreateVM's payload: the user's public key, written to a
-// file on the node for qm's --sshkeys, and the qm create command.
+// Creation is CreateVM's payload, in the order Apply carries it out: the
+// laptop's record of the new VM, the user's public key written to a file
+// on the node for qm's --sshkeys, the qm create command, and the key
+// file's removal once qm has read it.
 type Creation struct {
-	Keys   remote.File
-	Create remote.Cmd
+	Marker  string
+	Keys    remote.File
+	Create  remote.Cmd
+	Cleanup remote.Cmd
 }
 
 // Check implements step.Step. It is the example of a remote command step:
@@ -74,15 +81,22 @@ type Creation struct {
 func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 	n := s.N
 	if !n.Facts.VMExists {
-		c := Creation{Keys: remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600},
-			Create: remote.Command(s.CreateArgs()...)}
-		line, err := shell.Join(c.Create.Args...)
-		if err != nil {
-			return step.Plan{}, err
+		c := Creation{Marker: s.Marker, Keys: remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600},
+			Create: remote.Command(s.CreateArgs()...), Cleanup: remote.Command("rm", "-f", "--", s.keysFile())}
+		var lines []string
+		for _, cmd := range []remote.Cmd{c.Create, c.Cleanup} {
+			line, err := shell.Join(cmd.Args...)
+			if err != nil {
+				return step.Plan{}, err
+			}
+			lines = append(lines, line)
 		}
-		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create,
-			Summary: fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImagePath()),
-			Diff:    &step.Diff{Path: "qm create", After: line + "\n"}, Payload: c}}}, nil
+		summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImagePath())
+		if c.Marker != "" {
+			summary += "; record it as new in " + c.Marker
+		}
+		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create, Summary: summary,
+			Diff: &step.Diff{Path: "qm create", After: "# " + c.Keys.Path + ": the user's public key (0600)\n" + strings.Join(lines, "\n") + "\n"}, Payload: c}}}, nil
 	}
 	if !n.Ours() {
 		return step.Plan{}, fmt.Errorf("VMID %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
@@ -120,18 +134,23 @@ func (s *CreateVM) Drift() []string {
 func (s *CreateVM) Apply(ctx context.Context, p step.Plan) error {
 	n := s.N
 	c := p.Changes[0].Payload.(Creation)
-	if s.BeforeCreate != nil {
-		if err := s.BeforeCreate(); err != nil {
-			return fmt.Errorf("create VM %s: %w", n.VMID(), err)
+	if c.Marker != "" && s.WriteMarker != nil {
+		if err := s.WriteMarker(c.Marker); err != nil {
+			return fmt.Errorf("create VM %s: record it as new: %w", n.VMID(), err)
 		}
 	}
 	if _, err := n.Host.WriteFile(ctx, c.Keys); err != nil {
 		return fmt.Errorf("create VM %s: %w", n.VMID(), err)
 	}
 	_, err := n.Host.Run(ctx, c.Create)
-	_, _ = n.Host.Run(ctx, remote.Command("rm", "-f", "--", c.Keys.Path))
+	// The key file goes whether qm created the VM or not; a failed
+	// removal is said, after qm's own failure if there was one.
+	_, cerr := n.Host.Run(ctx, c.Cleanup)
 	if err != nil {
-		return fmt.Errorf("create VM %s: %w", n.VMID(), err)
+		return errors.Join(fmt.Errorf("create VM %s: %w", n.VMID(), err), wrapCleanup(cerr, c.Keys.Path))
+	}
+	if cerr != nil {
+		return wrapCleanup(cerr, c.Keys.Path)
 	}
 	n.Created = true
 	return n.Gather(ctx)
@@ -225,4 +244,11 @@ func (s *StartVM) Apply(ctx context.Context, p step.Plan) error {
 	}
 	s.N.Started = true
 	return s.N.Gather(ctx)
+}
+
+func wrapCleanup(err error, path string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("remove the key file %s from the node: %w", path, err)
 }
