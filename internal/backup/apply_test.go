@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,36 @@ func TestBackupSteps(t *testing.T) {
 	}
 	if ev := rh.Events(); !reflect.DeepEqual(ev[1:], []string{"write /planned", "write " + restoreTokenPath, "run echo planned"}) {
 		t.Errorf("restore did %q", ev)
+	}
+}
+
+// TestFetchCarriesOutItsCopy: the backup's directory, its time, what is
+// read and the server-side delete are the plan's, not chosen again: a
+// clock that moves between Check and Apply changes nothing.
+func TestFetchCarriesOutItsCopy(t *testing.T) {
+	ctx := context.Background()
+	h := files{&remotetest.Host{HostName: "lab-mgmt"}, map[string][]byte{
+		"/planned/snap": []byte("etcd bytes"), "/planned/token": []byte("K10abc::server:secret\n")}}
+	clock := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	take := &Take{V: &VM{Name: "lab-mgmt", Host: h}, Dir: t.TempDir(), Config: []byte("kind: ManagementCluster\n"),
+		Now: func() time.Time { clock = clock.Add(time.Hour); return clock }, Manifest: Manifest{Cluster: "lab-mgmt"}, snapshot: "mgmtctl-lab-mgmt-1"}
+	f := &Fetch{T: take}
+	p, err := f.Check(ctx)
+	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "then k3s etcd-snapshot delete mgmtctl-lab-mgmt-1 on the server") {
+		t.Fatalf("plan: %+v %v", p, err)
+	}
+	c := p.Changes[0].Payload.(Copy)
+	planned := filepath.Join(take.Dir, "planned")
+	c.Snapshot, c.Token, c.Dir, c.Delete = "/planned/snap", "/planned/token", planned, remote.Command("echo", "deleted")
+	p.Changes[0].Payload = c
+	if err := f.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Read(planned)
+	if err != nil || !b.Created.Equal(c.Created) || b.Snapshot != "snap" {
+		t.Fatalf("backup %+v %v; want its time %s from the plan", b, err, c.Created)
+	}
+	if got := h.Effects(); !reflect.DeepEqual(got, []string{"run echo deleted"}) {
+		t.Errorf("effects %q", got)
 	}
 }

@@ -88,6 +88,18 @@ type Fetch struct{ T *Take }
 
 var _ step.Step = (*Fetch)(nil)
 
+// Copy is Fetch's payload: everything its Apply reads, writes and
+// deletes, with the backup's time chosen once, in Check.
+type Copy struct {
+	// Snapshot and Token are read from the server.
+	Snapshot, Token string
+	// Dir is the new backup directory on the laptop; Created its time.
+	Dir     string
+	Created time.Time
+	// Delete removes the server's copy once the laptop has it.
+	Delete remote.Cmd
+}
+
 // ID implements step.Step.
 func (s *Fetch) ID() string { return "copy" }
 
@@ -99,35 +111,38 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 	if s.T.snapshot == "" {
 		return step.Plan{Skip: "no snapshot was saved"}, nil
 	}
-	dir := filepath.Join(s.T.Dir, s.T.Now().UTC().Format("20060102T150405Z"))
+	now := s.T.Now().UTC()
+	dir := filepath.Join(s.T.Dir, now.Format("20060102T150405Z"))
 	for n, base := 2, dir; exists(dir); n++ {
 		dir = fmt.Sprintf("%s-%d", base, n) // two backups in one second
 	}
+	c := Copy{Snapshot: path.Join(SnapshotDir, s.T.snapshot), Token: TokenPath, Dir: dir, Created: now,
+		Delete: remote.Command("k3s", "etcd-snapshot", "delete", s.T.snapshot).AsRoot()}
 	return step.Plan{Changes: []step.Change{{Target: dir, Action: step.Create,
-		Summary: fmt.Sprintf("copy snapshot %s and the server token to %s", s.T.snapshot, dir), Payload: dir}}}, nil
+		Summary: fmt.Sprintf("copy %s and the server token %s to %s (snapshot, token, mgmt.yaml, backup.json; 0600); then %s on the server",
+			c.Snapshot, c.Token, dir, c.Delete.Display()), Payload: c}}}, nil
 }
 
-// Apply implements step.Step.
+// Apply implements step.Step: it carries out the planned Copy.
 func (s *Fetch) Apply(ctx context.Context, p step.Plan) error {
-	dir := p.Changes[0].Payload.(string)
-	remotePath := path.Join(SnapshotDir, s.T.snapshot)
-	step.Progress(ctx, "copying "+remotePath)
-	snap, err := s.T.V.Host.ReadFile(ctx, remotePath, true)
+	c := p.Changes[0].Payload.(Copy)
+	step.Progress(ctx, "copying "+c.Snapshot)
+	snap, err := s.T.V.Host.ReadFile(ctx, c.Snapshot, true)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", remotePath, err)
+		return fmt.Errorf("read %s: %w", c.Snapshot, err)
 	}
 	step.Progress(ctx, fmt.Sprintf("copied %.1f MiB; reading the server token", float64(len(snap))/(1<<20)))
-	token, err := s.T.V.Host.ReadFile(ctx, TokenPath, true)
+	token, err := s.T.V.Host.ReadFile(ctx, c.Token, true)
 	if err != nil {
 		return fmt.Errorf("read the server token: %w", err)
 	}
 	m := s.T.Manifest
-	m.Created, m.Snapshot = s.T.Now().UTC(), s.T.snapshot
-	if err := Write(dir, m, snap, token, s.T.Config); err != nil {
+	m.Created, m.Snapshot = c.Created, path.Base(c.Snapshot)
+	if err := Write(c.Dir, m, snap, token, s.T.Config); err != nil {
 		return err
 	}
-	if _, err := s.T.V.Host.Run(ctx, remote.Command("k3s", "etcd-snapshot", "delete", s.T.snapshot).AsRoot()); err != nil {
-		return fmt.Errorf("the backup is in %s; deleting the server's copy failed: %w", dir, err)
+	if _, err := s.T.V.Host.Run(ctx, c.Delete); err != nil {
+		return fmt.Errorf("the backup is in %s; deleting the server's copy failed: %w", c.Dir, err)
 	}
 	return nil
 }
