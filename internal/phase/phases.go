@@ -136,7 +136,7 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 		checks[i] = &k3s.HostKeyCheck{Name: srv.Node, VMID: srv.ID, Pinned: func() ssh.PublicKey { return s.VMHostKey(srv) }}
 		steps = append(steps, &k3s.GuestAgent{V: v}, checks[i])
 		if len(servers) > 1 {
-			steps = append(steps, &k3s.ClusterToken{V: v, Seed: func() *k3s.VM { return seed(vms) }, Redact: s.Redact})
+			steps = append(steps, &k3s.ClusterToken{V: v, Seed: func() *k3s.VM { return k3s.Seed(vms) }, Redact: s.Redact})
 		}
 		if c.Spec.VIP.Addr.IsValid() {
 			steps = append(steps, &k3s.KubeVIP{V: v, Manifest: k3s.KubeVIPManifest(kubeVIPSpec(c))})
@@ -172,7 +172,7 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 				}
 			}
 			if len(servers) > 1 {
-				joins, err := firstServerJoins(ctx, vms)
+				joins, err := k3s.FirstServerJoins(ctx, vms)
 				if err != nil {
 					return vms[0].Name(), err
 				}
@@ -184,49 +184,6 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 		},
 		Steps: steps,
 	}
-}
-
-// firstServerJoins says whether the first server joins the cluster rather
-// than initialising it: its VM was re-created (no k3s) while other
-// servers run the cluster, or it joined once already (its config.yaml
-// has server:). cluster-init there would found a second cluster beside
-// the first, with its own etcd and its own claim on the VIP.
-func firstServerJoins(ctx context.Context, vms []*k3s.VM) (bool, error) {
-	first := vms[0]
-	if first.Host != nil {
-		cur, err := remote.ReadOnly(first.Host).ReadFile(ctx, k3s.ConfigPath, true)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, err
-		}
-		if k3s.JoinsCluster(cur) {
-			return true, nil
-		}
-	}
-	return first.Installed == "" && runningOther(vms) != nil, nil
-}
-
-// runningOther is the first server after the first that k3s runs on, or
-// nil.
-func runningOther(vms []*k3s.VM) *k3s.VM {
-	for _, o := range vms[1:] {
-		if o.Installed != "" {
-			return o
-		}
-	}
-	return nil
-}
-
-// seed is the server whose cluster token the others join with: the first
-// server, unless it joins itself (firstServerJoins), then the first
-// other server k3s runs on.
-func seed(vms []*k3s.VM) *k3s.VM {
-	if vms[0].Spec.Join == "" {
-		return vms[0]
-	}
-	if o := runningOther(vms); o != nil {
-		return o
-	}
-	return vms[1]
 }
 
 // clusterAccess reaches the cluster's API through the VM, once per run: the
