@@ -134,3 +134,35 @@ func TestStatusSummary(t *testing.T) {
 		t.Errorf("summary %q", got)
 	}
 }
+
+// TestConditionOfWhichGeneration: a condition speaks of the generation its
+// own observedGeneration names (or, without one, the status's); a refusal
+// of an earlier spec, since undone, is not the current spec's, and a
+// failure recorded for the current generation is reported while the
+// operator retries.
+func TestConditionOfWhichGeneration(t *testing.T) {
+	st := Status{ObservedGeneration: 3, Conditions: map[string]Condition{
+		"PreflightCheckPassed": {Status: "False", Reason: "UnsupportedProviderDowngradeReason", ObservedGeneration: 4},
+		"ProviderInstalled":    {Status: "False", Reason: "ComponentsFetchError", Message: "release not found", ObservedGeneration: 5},
+	}}
+	for _, c := range []struct {
+		cond Condition
+		gen  int64
+		want bool
+	}{
+		{st.Conditions["PreflightCheckPassed"], 4, true},
+		{st.Conditions["PreflightCheckPassed"], 5, false},
+		{Condition{Status: "False"}, 3, true},
+		{Condition{Status: "False"}, 4, false},
+	} {
+		if got := st.about(c.cond, c.gen); got != c.want {
+			t.Errorf("%+v at generation %d: %v, want %v", c.cond, c.gen, got, c.want)
+		}
+	}
+	if typ, c, ok := st.FailingAt(5); !ok || typ != "ProviderInstalled" || c.Reason != "ComponentsFetchError" {
+		t.Errorf("failing at 5: %s %+v %v", typ, c, ok)
+	}
+	if _, _, ok := st.FailingAt(6); ok {
+		t.Error("a condition of generation 5 reported for 6")
+	}
+}

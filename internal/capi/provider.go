@@ -173,7 +173,7 @@ func (s *ProviderStep) observe(ctx context.Context) (*unstructured.Unstructured,
 		return nil, false, "", fmt.Errorf("read %s: %w", s.P.Ref(), err)
 	}
 	st := ReadStatus(u)
-	if c, ok := st.Conditions["PreflightCheckPassed"]; ok && c.Status == "False" && terminalPreflight[c.Reason] {
+	if c, ok := st.Conditions["PreflightCheckPassed"]; ok && c.Status == "False" && terminalPreflight[c.Reason] && st.about(c, u.GetGeneration()) {
 		return u, false, "", fmt.Errorf("%s: preflight failed: %s: %s", s.P.Ref(), c.Reason, c.Message)
 	}
 	if st.ObservedGeneration < u.GetGeneration() {
@@ -280,6 +280,16 @@ func ReadStatus(u *unstructured.Unstructured) Status {
 		st.Conditions[t] = cd
 	}
 	return st
+}
+
+// about reports whether condition c speaks of generation gen: its own
+// observedGeneration says so, or, without one, the status's. A refusal of
+// an earlier spec (a downgrade since undone) is not this spec's.
+func (st Status) about(c Condition, gen int64) bool {
+	if c.ObservedGeneration != 0 {
+		return c.ObservedGeneration == gen
+	}
+	return st.ObservedGeneration >= gen
 }
 
 // FailingAt is the first of the operator's phase conditions that is False

@@ -40,7 +40,7 @@ type Providers struct {
 	Log    io.Writer
 
 	mu sync.Mutex
-	// started: the pod template (namespace/name@generation) a pod runs.
+	// started: the pod template (uid@generation) a pod runs.
 	started map[string]bool
 	retry   map[string]time.Time
 }
@@ -66,7 +66,10 @@ func (p *Providers) Run(ctx context.Context) {
 }
 
 func (p *Providers) sync(ctx context.Context, d *appsv1.Deployment) {
-	k := fmt.Sprintf("%s/%s@%d", d.Namespace, d.Name, d.Generation)
+	// A pod runs one template of one Deployment: clusterctl's upgrader
+	// deletes a provider's Deployment and creates it anew, generation 1
+	// again, and that is a new pod.
+	k := fmt.Sprintf("%s@%d", d.UID, d.Generation)
 	p.mu.Lock()
 	running := p.started[k]
 	next := p.retry[k]
