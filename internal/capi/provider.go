@@ -232,6 +232,19 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 			fmt.Fprintf(&b, "\n  %s %s: %s", e.Type, e.Reason, e.Message)
 		}
 	}
+	// The provider's own Deployment: the operator's Ready follows its
+	// Available condition by status alone (healthcheck_controller.go), so
+	// its reason can be stale while the Deployment says why.
+	if list, err := s.C.API().Typed.AppsV1().Deployments(s.P.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "cluster.x-k8s.io/provider"}); err == nil {
+		for _, d := range list.Items {
+			fmt.Fprintf(&b, "\nprovider Deployment %s/%s: %d/%d available", d.Namespace, d.Name, d.Status.AvailableReplicas, d.Status.Replicas)
+			for _, c := range d.Status.Conditions {
+				if c.Type == "Available" {
+					fmt.Fprintf(&b, ", Available=%s (%s: %s)", c.Status, c.Reason, c.Message)
+				}
+			}
+		}
+	}
 	if d, err := s.C.API().Typed.AppsV1().Deployments(OperatorNamespace).Get(ctx, OperatorDeployment, metav1.GetOptions{}); err == nil {
 		fmt.Fprintf(&b, "\noperator Deployment %s/%s: %d/%d available", OperatorNamespace, OperatorDeployment, d.Status.AvailableReplicas, d.Status.Replicas)
 		for _, c := range d.Status.Conditions {

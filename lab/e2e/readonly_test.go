@@ -85,11 +85,13 @@ func diffStates(before, after map[string]string) string {
 }
 
 // readOnlyRuns runs plan and status (text and JSON) and fails the test if
-// any of them changed a file on the laptop, the node or the VM.
+// any of them changed a file on the laptop, the node or the VM. plan may
+// fail on a lab that is not whole (a check that cannot reach the API),
+// but never with a usage or config error.
 func (e *env) readOnlyRuns(t *testing.T, what string, wantStatus int) {
 	t.Helper()
 	before := e.diskState()
-	if r := e.mgmtctl("plan"); r.Code != 0 && r.Code != 4 {
+	if r := e.mgmtctl("plan"); r.Code == 2 {
 		t.Errorf("%s: plan exit %d\n%s\n%s", what, r.Code, r.Stdout, r.Stderr)
 	}
 	if r := e.mgmtctl("status"); r.Code != wantStatus {
@@ -102,23 +104,12 @@ func (e *env) readOnlyRuns(t *testing.T, what string, wantStatus int) {
 }
 
 // TestPlanAndStatusWriteNothing: plan and status leave every file of the
-// laptop, the node and the VM byte for byte as they found it, on a VM
-// created and never reached, on a converged lab, and on a degraded one.
+// laptop, the node and the VM byte for byte as they found it, on a
+// converged lab, a degraded one, and one whose VM was re-created and never
+// reached (mgmtctl's known_hosts still holds the old VM's key, which a run
+// would forget).
 func TestPlanAndStatusWriteNothing(t *testing.T) {
 	e := start(t)
-	// Half-converged: the VM created, its guest never up, so mgmtctl
-	// never reached it (its new-VM marker and no key for it).
-	if err := e.SetFault("fail-boot", "", true); err != nil {
-		t.Fatal(err)
-	}
-	if r := e.apply("--tags", "vm", "--wait-timeout", "5s"); r.Code == 0 {
-		t.Fatalf("apply with a VM that never boots succeeded:\n%s", r.Stdout)
-	}
-	e.readOnlyRuns(t, "VM created, never reached", 4)
-	if err := e.SetFault("fail-boot", "", false); err != nil {
-		t.Fatal(err)
-	}
-
 	mustSucceed(t, e.apply(), "apply")
 	e.readOnlyRuns(t, "converged", 0)
 
@@ -127,4 +118,17 @@ func TestPlanAndStatusWriteNothing(t *testing.T) {
 		t.Fatalf("stop k3s: %+v", r)
 	}
 	e.readOnlyRuns(t, "k3s stopped", 1)
+
+	// The VM destroyed by hand and re-created by apply, its guest never
+	// up: mgmtctl never reached the new VM.
+	if r := e.PVE("qm stop 110 && qm destroy 110"); r.Code != 0 {
+		t.Fatalf("qm destroy: %+v", r)
+	}
+	if err := e.SetFault("fail-boot", "", true); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.apply("--tags", "vm", "--wait-timeout", "5s"); r.Code == 0 {
+		t.Fatalf("apply with a VM that never boots succeeded:\n%s", r.Stdout)
+	}
+	e.readOnlyRuns(t, "VM re-created, never reached", 1)
 }
