@@ -218,9 +218,15 @@ func TestLabChartsAndOperator(t *testing.T) {
 	if got := e.jsonpath("infrastructureprovider/proxmox", "capmox-system", `{.spec.configSecret.namespace}`); got != "capmox-system" {
 		t.Errorf("configSecret.namespace not defaulted by the webhook: %q", got)
 	}
-	e.waitJSONPath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].reason}`, "MinimumReplicasUnavailable")
-	if got := e.jsonpath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].message}`); !strings.Contains(got, "401") {
+	// CAPMOX's manager exits on the refused credentials: its Deployment
+	// says why; the operator's Ready is False (its reason the first it
+	// saw: healthcheck_controller.go matches by status alone).
+	e.waitJSONPath("deployment/capmox-controller-manager", "capmox-system", `{.status.conditions[?(@.type=="Available")].reason}`, "MinimumReplicasUnavailable")
+	if got := e.jsonpath("deployment/capmox-controller-manager", "capmox-system", `{.status.conditions[?(@.type=="Available")].message}`); !strings.Contains(got, "401") {
 		t.Errorf("refused credentials: %q", got)
+	}
+	if got := e.jsonpath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].status}`); got != "False" {
+		t.Errorf("refused credentials: Ready %q", got)
 	}
 	creds("right", e.secret())
 	e.kubectlApply("capmox", provider("InfrastructureProvider", "proxmox", "capmox-system", "  version: v0.9.1\n  configSecret:\n    name: right\n"))
