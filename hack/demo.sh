@@ -33,6 +33,10 @@ The lab is still up in $dir:
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt.kubeconfig \\
       get coreproviders,bootstrapproviders,controlplaneproviders,infrastructureproviders,ipamproviders -A
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt-ro.kubeconfig auth can-i get secrets
+  $bin/labsim exec --dir $dir -- env GOPROXY=off KUBECONFIG=$dir/laptop/home/.kube/lab-mgmt.kubeconfig $bin/clusterctl \
+      generate cluster lab1 --infrastructure proxmox:v0.9.1 --kubernetes-version v1.35.9 \
+      --control-plane-machine-count 1 --worker-machine-count 1 --list-variables
+  cat $dir/vms/110/upper/var/log/pods/capi-operator-system_cluster-api-operator/manager/0.log   # the operator's own log
   $bin/labsim exec --dir $dir -- ssh root@192.0.2.10 qm config 110
   $bin/labsim exec --dir $dir -- ssh -o UserKnownHostsFile=$dir/laptop/home/.config/mgmtctl/known_hosts ubuntu@192.0.2.50
 Tear it down with: $bin/labsim down --dir $dir
