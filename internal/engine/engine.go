@@ -37,25 +37,38 @@ type StepKey struct {
 	Step, Host string
 }
 
-// Listed is the plans of a check run, by step; it is a Listener.
-type Listed struct{ plans map[StepKey]step.Plan }
+// Listed is the plans of a check run, by step; it is a Listener. Steps
+// of one ID on one host (the laptop's file for each server) are told
+// apart by their order in the run.
+type Listed struct{ plans map[StepKey][]step.Plan }
 
 // Event implements Listener: it records each step's plan as checked.
 func (l *Listed) Event(e Event) {
-	if e.Kind != StepEnd || e.Outcome == step.Failed {
+	if e.Kind != StepEnd || e.Outcome == step.Failed || e.Step == "gather-facts" {
 		return
 	}
 	if l.plans == nil {
-		l.plans = map[StepKey]step.Plan{}
+		l.plans = map[StepKey][]step.Plan{}
 	}
-	l.plans[StepKey{e.Phase, e.Step, e.Host}] = step.Plan{Changes: e.Changes}
+	k := StepKey{e.Phase, e.Step, e.Host}
+	l.plans[k] = append(l.plans[k], step.Plan{Changes: e.Changes})
+}
+
+// plan is the nth listed plan of key k (none when there is none).
+func (l *Listed) plan(k StepKey, n int) step.Plan {
+	if ps := l.plans[k]; n < len(ps) {
+		return ps[n]
+	}
+	return step.Plan{}
 }
 
 // Changes is every listed change, in no particular order of steps.
 func (l *Listed) Changes() []step.Change {
 	var out []step.Change
-	for _, p := range l.plans {
-		out = append(out, p.Changes...)
+	for _, ps := range l.plans {
+		for _, p := range ps {
+			out = append(out, p.Changes...)
+		}
 	}
 	return out
 }
@@ -72,9 +85,11 @@ func (l *Listed) Diff(other *Listed) string {
 	}
 	var lines []string
 	for k := range keys {
-		a, b := summaries(l.plans[k]), summaries(other.plans[k])
-		if a != b {
-			lines = append(lines, fmt.Sprintf("%s/%s on %s: listed %s, now %s", k.Phase, k.Step, k.Host, orNothing(a), orNothing(b)))
+		for n := range max(len(l.plans[k]), len(other.plans[k])) {
+			a, b := summaries(l.plan(k, n)), summaries(other.plan(k, n))
+			if a != b {
+				lines = append(lines, fmt.Sprintf("%s/%s on %s: listed %s, now %s", k.Phase, k.Step, k.Host, orNothing(a), orNothing(b)))
+			}
 		}
 	}
 	sort.Strings(lines)
@@ -216,6 +231,9 @@ type runner struct {
 	now   func() time.Time
 	l     Listener
 	recap *Recap
+	// seen counts the steps of each key run so far, to find each one's
+	// listed plan.
+	seen map[StepKey]int
 }
 
 func (r *runner) emit(e Event) {
@@ -292,21 +310,28 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 	if err != nil {
 		return fail(fmt.Errorf("check: %w", err))
 	}
-	if plan.Skip != "" {
-		end.Outcome, end.Note, end.Warnings = step.Skipped, plan.Skip, plan.Warnings
-		end.Duration = r.now().Sub(start)
-		r.emit(end)
-		return nil
-	}
 	if l := r.opts.Listed; l != nil && !r.opts.Check {
-		listed := l.plans[StepKey{tag, s.ID(), s.Host()}]
+		k := StepKey{tag, s.ID(), s.Host()}
+		if r.seen == nil {
+			r.seen = map[StepKey]int{}
+		}
+		listed := l.plan(k, r.seen[k])
+		r.seen[k]++
 		if summaries(listed) != summaries(plan) {
 			return fail(&PlanChangedError{Listed: listed, Now: plan})
 		}
 		// What was listed is what is carried out: its payloads are the
 		// ones shown and approved, not the ones checked again.
-		listed.Warnings, listed.Note = plan.Warnings, plan.Note
-		plan = listed
+		if plan.Skip == "" {
+			listed.Warnings, listed.Note = plan.Warnings, plan.Note
+			plan = listed
+		}
+	}
+	if plan.Skip != "" {
+		end.Outcome, end.Note, end.Warnings = step.Skipped, plan.Skip, plan.Warnings
+		end.Duration = r.now().Sub(start)
+		r.emit(end)
+		return nil
 	}
 	w, waits := s.(step.Waiter)
 	if r.opts.Check {

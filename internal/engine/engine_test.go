@@ -364,3 +364,26 @@ func TestListedPlansAreWhatRuns(t *testing.T) {
 		t.Errorf("diff: %q", d)
 	}
 }
+
+// TestListedStepsOfOneIDOnOneHost: steps that share an ID and a host (the
+// laptop's known_hosts entry of each server) are matched to their listed
+// plans in run order.
+func TestListedStepsOfOneIDOnOneHost(t *testing.T) {
+	w := steptest.NewWorld()
+	w.Set("/kh/a", "key a")
+	w.Set("/kh/b", "key b")
+	ps := []step.Phase{{Tag: step.TagDestroy, Steps: []step.Step{
+		&steptest.File{StepID: "vm-host-key", HostName: "laptop", Path: "/kh/a", Content: "", W: w},
+		&steptest.File{StepID: "vm-host-key", HostName: "laptop", Path: "/kh/b", Content: "", W: w},
+	}}}
+	listed := &Listed{}
+	if _, err := Run(context.Background(), ps, Options{Check: true}, listed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), ps, Options{Listed: listed}, &events{}); err != nil {
+		t.Fatalf("run of the listed plans: %v", err)
+	}
+	if got := w.Mutations(); !reflect.DeepEqual(got, []string{"write /kh/a", "write /kh/b"}) {
+		t.Errorf("mutations %v", got)
+	}
+}
