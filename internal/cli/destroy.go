@@ -46,19 +46,19 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 
 	// First what would be removed, under the node's lock, which the real
 	// run keeps: nobody changes the VM between the question and the act.
-	p := &planned{}
 	listed := &engine.Listed{}
-	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{d.log, p, listed}); err != nil {
+	if _, err := engine.Run(ctx, phases, engine.Options{Check: true, Now: o.Now}, engine.Listeners{d.log, listed}); err != nil {
 		return d.fail(err)
 	}
 	info := d.info()
-	if len(p.changes) == 0 {
+	changes := listed.Changes()
+	if len(changes) == 0 {
 		fmt.Fprintf(info, "nothing to destroy: %s does not exist and no laptop file of %s is left\n",
 			vmsOn(l.Servers()), l.Cluster.Metadata.Name)
 		return nil
 	}
 	fmt.Fprintf(info, "destroy will remove:\n")
-	for _, c := range p.changes {
+	for _, c := range changes {
 		fmt.Fprintf(info, "  - %s\n", d.x.String(strings.TrimPrefix(c.Summary, "remove ")))
 	}
 	var nodes []string
@@ -85,16 +85,6 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 		return d.fail(err)
 	}
 	return nil
-}
-
-// planned collects the changes a check run of the destroy phase found,
-// in the order of the steps.
-type planned struct{ changes []step.Change }
-
-func (p *planned) Event(e engine.Event) {
-	if e.Kind == engine.StepEnd {
-		p.changes = append(p.changes, e.Changes...)
-	}
 }
 
 // readLine reads one line of the answer; a closed or empty input is no

@@ -25,9 +25,9 @@ type Options struct {
 	// Now is the clock, for tests; nil means time.Now.
 	Now func() time.Time
 	// Listed, when set, are the plans a check run showed and the user
-	// approved, by step (Listed.Record collects them): a run then carries
-	// out exactly those, and a step whose plan is not the one listed
-	// fails with a *PlanChangedError before it changes anything.
+	// approved (a Listed is a Listener that collects them): a run then
+	// carries out exactly those, and a step whose plan is not the one
+	// listed fails with a *PlanChangedError before it changes anything.
 	Listed *Listed
 }
 
@@ -37,38 +37,54 @@ type StepKey struct {
 	Step, Host string
 }
 
-// Listed is the plans of a check run, by step; it is a Listener. Steps
-// of one ID on one host (the laptop's file for each server) are told
-// apart by their order in the run.
-type Listed struct{ plans map[StepKey][]step.Plan }
+// Listed is the plans of a check run, step by step in run order; it is a
+// Listener. Steps of one ID on one host (the laptop's file for each
+// server) are told apart by their order.
+type Listed struct{ steps []listedStep }
+
+type listedStep struct {
+	key  StepKey
+	plan step.Plan
+}
 
 // Event implements Listener: it records each step's plan as checked.
 func (l *Listed) Event(e Event) {
 	if e.Kind != StepEnd || e.Outcome == step.Failed || e.Step == "gather-facts" {
 		return
 	}
-	if l.plans == nil {
-		l.plans = map[StepKey][]step.Plan{}
-	}
-	k := StepKey{e.Phase, e.Step, e.Host}
-	l.plans[k] = append(l.plans[k], step.Plan{Changes: e.Changes})
+	l.steps = append(l.steps, listedStep{StepKey{e.Phase, e.Step, e.Host}, step.Plan{Changes: e.Changes}})
 }
 
 // plan is the nth listed plan of key k (none when there is none).
 func (l *Listed) plan(k StepKey, n int) step.Plan {
-	if ps := l.plans[k]; n < len(ps) {
-		return ps[n]
+	for _, s := range l.steps {
+		if s.key != k {
+			continue
+		}
+		if n == 0 {
+			return s.plan
+		}
+		n--
 	}
 	return step.Plan{}
 }
 
-// Changes is every listed change, in no particular order of steps.
+// count is how many listed steps have key k.
+func (l *Listed) count(k StepKey) int {
+	n := 0
+	for _, s := range l.steps {
+		if s.key == k {
+			n++
+		}
+	}
+	return n
+}
+
+// Changes is every listed change, in the order of the steps.
 func (l *Listed) Changes() []step.Change {
 	var out []step.Change
-	for _, ps := range l.plans {
-		for _, p := range ps {
-			out = append(out, p.Changes...)
-		}
+	for _, s := range l.steps {
+		out = append(out, s.plan.Changes...)
 	}
 	return out
 }
@@ -77,15 +93,12 @@ func (l *Listed) Changes() []step.Change {
 // the same changes.
 func (l *Listed) Diff(other *Listed) string {
 	keys := map[StepKey]bool{}
-	for k := range l.plans {
-		keys[k] = true
-	}
-	for k := range other.plans {
-		keys[k] = true
+	for _, s := range append(append([]listedStep(nil), l.steps...), other.steps...) {
+		keys[s.key] = true
 	}
 	var lines []string
 	for k := range keys {
-		for n := range max(len(l.plans[k]), len(other.plans[k])) {
+		for n := range max(l.count(k), other.count(k)) {
 			a, b := summaries(l.plan(k, n)), summaries(other.plan(k, n))
 			if a != b {
 				lines = append(lines, fmt.Sprintf("%s/%s on %s: listed %s, now %s", k.Phase, k.Step, k.Host, orNothing(a), orNothing(b)))
