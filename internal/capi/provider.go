@@ -309,7 +309,7 @@ func (st Status) about(c Condition, gen int64) bool {
 // for generation gen.
 func (st Status) FailingAt(gen int64) (string, Condition, bool) {
 	for _, t := range []string{"PreflightCheckPassed", "ProviderInstalled", "ProviderUpgraded"} {
-		if c, ok := st.Conditions[t]; ok && c.Status == "False" && c.ObservedGeneration == gen {
+		if c, ok := st.Conditions[t]; ok && c.Status == "False" && st.about(c, gen) {
 			return t, c, true
 		}
 	}

@@ -43,10 +43,11 @@ func Kubectl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t))
 // Clusterctl is the path of upstream's clusterctl (built with Binary).
 func Clusterctl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "clusterctl") }
 
-// upstreamModule is lab/upstream, the module upstream's binaries build in.
-func upstreamModule() string {
+// thisDir is lab/labtest: the lab module is its parent, and lab/upstream,
+// the module upstream's binaries build in, is beside it.
+func thisDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "upstream")
+	return filepath.Dir(file)
 }
 
 // Binary builds labsim (with the k3s simulator and kubectl beside it) once
@@ -61,23 +62,17 @@ func Binary(t testing.TB) string {
 		}
 		// labsim finds the k3s simulator beside itself.
 		binPath = filepath.Join(dir, "labsim")
-		for _, b := range []struct{ out, pkg string }{
-			{binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim"},
-			{filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s"},
-			{filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl"},
+		// The lab's own binaries, then upstream's operator (run by the
+		// lab's kubelet) and clusterctl, each in its module.
+		lab, upstream := filepath.Join(thisDir(), ".."), filepath.Join(thisDir(), "..", "upstream")
+		for _, b := range []struct{ module, out, pkg, ldflags string }{
+			{lab, binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim", KubectlLDFlags},
+			{lab, filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s", KubectlLDFlags},
+			{lab, filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl", KubectlLDFlags},
+			{upstream, filepath.Join(dir, "cluster-api-operator-"+OperatorVersion), "sigs.k8s.io/cluster-api-operator/cmd", "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=" + OperatorVersion},
+			{upstream, filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion},
 		} {
-			out, err := exec.Command("go", "build", "-ldflags", KubectlLDFlags, "-o", b.out, b.pkg).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-		// Upstream's operator (run by the lab's kubelet) and clusterctl.
-		for _, b := range []struct{ out, pkg, ldflags string }{
-			{filepath.Join(dir, "cluster-api-operator-"+OperatorVersion), "sigs.k8s.io/cluster-api-operator/cmd", "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=" + OperatorVersion},
-			{filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion},
-		} {
-			out, err := exec.Command("go", "-C", upstreamModule(), "build", "-ldflags", b.ldflags, "-o", b.out, b.pkg).CombinedOutput()
+			out, err := exec.Command("go", "-C", b.module, "build", "-ldflags", b.ldflags, "-o", b.out, b.pkg).CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
 				return

@@ -359,14 +359,6 @@ func (c *Controller) applyFixtureCRDs(ctx context.Context, dir string, annotatio
 	return nil
 }
 
-func toAny(m map[string]string) map[string]any {
-	out := map[string]any{}
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
 // applyCRD installs a CRD and waits until it is Established, as Helm's
 // install does for CRDs before the rest of a release.
 func (c *Controller) applyCRD(ctx context.Context, u *unstructured.Unstructured) error {
@@ -392,7 +384,7 @@ func operatorDeployment(release, ns, name, version string, labels map[string]str
 		Containers: []corev1.Container{{
 			Name: "manager", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"/manager"},
 			Args: []string{"--v=2", "--health-addr=:9440", "--diagnostics-address=:8443", "--leader-elect=true"},
-			Ports: []corev1.ContainerPort{{ContainerPort: webhookPort, Name: "webhook-server", Protocol: corev1.ProtocolTCP},
+			Ports: []corev1.ContainerPort{{ContainerPort: WebhookPort, Name: "webhook-server", Protocol: corev1.ProtocolTCP},
 				{ContainerPort: 8443, Name: "diagnostics", Protocol: corev1.ProtocolTCP}},
 			VolumeMounts:             []corev1.VolumeMount{{Name: "cert", MountPath: "/tmp/k8s-webhook-server/serving-certs", ReadOnly: true}},
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

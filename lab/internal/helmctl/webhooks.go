@@ -16,7 +16,9 @@ import (
 const (
 	WebhookService    = "capi-operator-webhook-service"
 	WebhookCertSecret = "capi-operator-webhook-service-cert"
-	webhookPort       = 9443
+	// WebhookPort is where the operator's webhook server listens
+	// (--webhook-port's default); the Service targets it.
+	WebhookPort = 9443
 )
 
 // operatorKinds are the kinds the operator's webhooks serve.
@@ -40,7 +42,7 @@ func (c *Controller) operatorWebhooks(ctx context.Context, release, ns string) e
 		ObjectMeta: metav1.ObjectMeta{Name: WebhookService, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm"},
 			Annotations: map[string]string{"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": ns}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"control-plane": "controller-manager"},
-			Ports: []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(webhookPort), Protocol: corev1.ProtocolTCP}}},
+			Ports: []corev1.ServicePort{{Port: 443, TargetPort: intstr.FromInt32(WebhookPort), Protocol: corev1.ProtocolTCP}}},
 	}
 	if _, err := c.CS.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err

@@ -21,7 +21,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,7 +48,6 @@ import (
 // (hack/charts/cluster-api-operator of cluster-api-operator v0.28.0).
 const (
 	OperatorSelector = "clusterctl.cluster.x-k8s.io/core=capi-operator"
-	webhookPort      = 9443
 	// Where a pod finds its ServiceAccount (k8s.io/client-go/rest
 	// InClusterConfig reads these paths).
 	saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -84,9 +82,12 @@ type container struct {
 	stop  context.CancelFunc
 }
 
-func (o *Operator) logf(format string, args ...any) {
-	if o.Log != nil {
-		fmt.Fprintf(o.Log, "time=%q level=info msg=%q\n", time.Now().UTC().Format(time.RFC3339), "kubelet: "+fmt.Sprintf(format, args...))
+func (o *Operator) logf(format string, args ...any) { logf(o.Log, format, args...) }
+
+// logf writes a line to the server's log as k3s logs, from the kubelet.
+func logf(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, "time=%q level=info msg=%q\n", time.Now().UTC().Format(time.RFC3339), "kubelet: "+fmt.Sprintf(format, args...))
 	}
 }
 
@@ -365,19 +366,12 @@ func writeDir(dir string, files map[string][]byte) error {
 	return nil
 }
 
-// healthPort is the readiness probe's port (the chart's healthAddr).
+// healthPort is the readiness probe's port (the chart's healthAddr),
+// the manager's default 9440 without one.
 func healthPort(d *appsv1.Deployment) int {
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil {
 			return c.ReadinessProbe.HTTPGet.Port.IntValue()
-		}
-		for _, a := range c.Args {
-			if v, ok := strings.CutPrefix(a, "--health-addr="); ok {
-				if _, p, err := net.SplitHostPort(v); err == nil {
-					n, _ := strconv.Atoi(p)
-					return n
-				}
-			}
 		}
 	}
 	return 9440
@@ -400,7 +394,7 @@ func probe(ctx context.Context, port int) bool {
 // server, as the endpoint-slice controller does for a ready pod (and
 // moves it when the pod moves to another server).
 func (o *Operator) publishEndpoints(ctx context.Context, ns string) error {
-	ready, name, tcp, port := true, "", corev1.ProtocolTCP, int32(webhookPort)
+	ready, name, tcp, port := true, "", corev1.ProtocolTCP, int32(helmctl.WebhookPort)
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: helmctl.WebhookService + "-lab", Namespace: ns, Labels: map[string]string{
 			discoveryv1.LabelServiceName: helmctl.WebhookService, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},

@@ -102,8 +102,8 @@ func (p *Providers) sync(ctx context.Context, d *appsv1.Deployment) {
 }
 
 func (p *Providers) write(ctx context.Context, d *appsv1.Deployment, av simkube.Availability) {
-	if err := simkube.WriteDeploymentStatus(ctx, p.CS, d, av); err != nil && p.Log != nil {
-		fmt.Fprintf(p.Log, "time=%q level=info msg=%q\n", time.Now().UTC().Format(time.RFC3339), "kubelet: "+err.Error())
+	if err := simkube.WriteDeploymentStatus(ctx, p.CS, d, av); err != nil {
+		logf(p.Log, "%v", err)
 	}
 }
 
