@@ -62,9 +62,9 @@ func id(parts ...string) int64 {
 	return int64(h.Sum64() >> 2)
 }
 
-// releases reads owner/repo's releases from the mirror's tree, newest
-// tag directory first (by modification time, then name), as GitHub lists
-// them newest first.
+// releases reads owner/repo's releases from the mirror's tree, highest
+// tag first, as GitHub lists them newest first (clusterctl sorts the
+// versions itself).
 func (s *Server) releases(owner, repo string) []release {
 	dir := filepath.Join(s.Root, "github.com", owner, repo, "releases", "download")
 	tags, _ := os.ReadDir(dir)
