@@ -3,6 +3,7 @@ package addons
 import (
 	"context"
 	"io/fs"
+	"reflect"
 	"testing"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
@@ -38,5 +39,9 @@ func TestManifestWritesThePlan(t *testing.T) {
 	}
 	if w := h.Wrote(); len(w) != 1 || w[0].Path != planned.Path || string(w[0].Content) != "planned\n" {
 		t.Errorf("wrote %+v, want the planned file", w)
+	}
+	// Strict: the planned write and nothing else changed the host.
+	if got := h.Effects(); !reflect.DeepEqual(got, []string{"write /planned.yaml"}) {
+		t.Errorf("effects %q, want only the planned write", got)
 	}
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // ManifestsDir is where k3s's deploy controller picks up manifests
-// (upstream-facts 2.5).
+// (k3s pkg/deploy/controller.go; docs/upstream.md §2.5).
 const ManifestsDir = "/var/lib/rancher/k3s/server/manifests"
 
 // ChartNamespace holds the HelmChart CRs, as in k3s's docs.
@@ -46,7 +46,7 @@ func (c Chart) Path() string { return ManifestsDir + "/" + c.Name + ".yaml" }
 
 // CertManager is cert-manager with its CRDs, installed through the value
 // that v1.15 and later document (crds.enabled; installCRDs is deprecated,
-// upstream-facts 5). It counts as usable when its webhook is Available.
+// cert-manager deploy/charts/cert-manager, docs/upstream.md §5). It counts as usable when its webhook is Available.
 func CertManager(c config.Chart) Chart {
 	return Chart{Name: "cert-manager", Chart: "cert-manager", Repo: c.Repo, Version: c.Version, TargetNamespace: "cert-manager",
 		ValuesContent: "crds:\n  enabled: true\n", Deployment: "cert-manager-webhook"}
@@ -55,7 +55,8 @@ func CertManager(c config.Chart) Chart {
 // Operator is cluster-api-operator with no providers in its values: the
 // chart would create them in post-install hooks that reach the operator's
 // webhook before it serves, since k3s's helm job never passes --wait
-// (upstream-facts 4.6, issues #406 and #1052). mgmtctl applies the
+// (cluster-api-operator hack/charts, issue #406; docs/upstream.md §4.6).
+// mgmtctl applies the
 // providers itself in the capi phase.
 func Operator(c config.Chart) Chart {
 	return Chart{Name: "cluster-api-operator", Chart: "cluster-api-operator", Repo: c.Repo, Version: c.Version,

@@ -219,6 +219,8 @@ const restoreTokenPath = "/var/lib/rancher/k3s/server/mgmtctl-restore-token"
 const restoreScript = `set -eu
 snap=$1 tok=$2
 trap 'rm -f -- "$tok" "$snap"' EXIT
+# A signal ends the script through exit, so the EXIT trap still runs.
+trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
 systemctl stop k3s
 k3s server --cluster-reset --cluster-reset-restore-path="$snap" --token-file="$tok"
 install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token

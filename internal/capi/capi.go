@@ -25,7 +25,8 @@ import (
 // FieldManager is mgmtctl's server-side apply identity.
 const FieldManager = "mgmtctl"
 
-// Group and version of cluster-api-operator's CRs (upstream-facts 4.1).
+// Group and version of cluster-api-operator's CRs (cluster-api-operator
+// v0.28.0 config/crd/bases).
 const (
 	Group   = "operator.cluster.x-k8s.io"
 	Version = "v1alpha2"
@@ -104,7 +105,7 @@ func (c *Cluster) Providers() []Provider {
 func (p Provider) Ref() string { return fmt.Sprintf("%s %s/%s", p.Kind.Kind, p.Namespace, p.Name) }
 
 // Variables is what a provider's configSecret holds: for the Proxmox
-// provider the CAPMOX credentials (upstream-facts 4.7), plus the provider's
+// provider the CAPMOX credentials (docs/upstream.md §4.7), plus the provider's
 // own variables; nil when it needs none.
 func (c *Cluster) Variables(p Provider) map[string]string {
 	vars := map[string]string{}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -243,6 +244,20 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 					fmt.Fprintf(&b, ", Available=%s (%s: %s)", c.Status, c.Reason, c.Message)
 				}
 			}
+			// Its pods say why it is not available: a manager that exits
+			// at start leaves its last words in its container's status.
+			if d.Spec.Selector == nil {
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+			if err != nil {
+				continue
+			}
+			if pods, err := s.C.API().Typed.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()}); err == nil {
+				for i := range pods.Items {
+					fmt.Fprintf(&b, "\n  pod %s: %s", pods.Items[i].Name, PodState(&pods.Items[i]))
+				}
+			}
 		}
 	}
 	if d, err := s.C.API().Typed.AppsV1().Deployments(OperatorNamespace).Get(ctx, OperatorDeployment, metav1.GetOptions{}); err == nil {
@@ -257,6 +272,40 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 	}
 	b.WriteString("\nnext: kubectl -n " + OperatorNamespace + " logs deploy/" + OperatorDeployment + "; see docs/troubleshooting.md")
 	return b.String()
+}
+
+// PodState says how a pod fares, as kubectl get pods and describe would:
+// its phase or its container's waiting reason, whether it is ready, its
+// restarts, and its container's last exit with its last words.
+func PodState(p *corev1.Pod) string {
+	state := string(p.Status.Phase)
+	var parts []string
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			state = w.Reason
+		}
+		if !cs.Ready {
+			parts = append(parts, "not ready")
+		}
+		if cs.RestartCount > 0 {
+			parts = append(parts, fmt.Sprintf("%d restarts", cs.RestartCount))
+		}
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			last := fmt.Sprintf("last exit %d (%s)", t.ExitCode, t.Reason)
+			if msg := strings.TrimSpace(t.Message); msg != "" {
+				if lines := strings.Split(msg, "\n"); len(lines) > 3 {
+					msg = strings.Join(lines[len(lines)-3:], "\n")
+				}
+				last += ": " + msg
+			}
+			parts = append(parts, last)
+		}
+		break // the first container: the manager
+	}
+	if len(parts) == 0 {
+		return state
+	}
+	return state + ", " + strings.Join(parts, ", ")
 }
 
 // Condition is one of a provider's status conditions.

@@ -337,10 +337,10 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 		return err
 	}
 	defer r.close()
-	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now}, r.listeners(f.diff))
+	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now, Lost: r.s.Lost}, r.listeners(f.diff))
 	if err != nil {
 		if g.output == "json" {
-			fmt.Fprintf(o.Err, "error: %s\ndebug log: %s\n", x.String(err.Error()), r.log.Path)
+			fmt.Fprintf(o.Err, "error: %s\n%sdebug log: %s\n", x.String(err.Error()), nextHint(err), r.log.Path)
 		} else {
 			fmt.Fprintf(o.Err, "error: %s\n%s", x.String(err.Error()), nextHint(err))
 		}
@@ -357,11 +357,18 @@ func nextHint(err error) string {
 	var hk *remote.HostKeyError
 	var locked *remote.LockedError
 	var unreachable *remote.UnreachableError
+	var dropped *remote.DroppedError
 	switch {
 	case errors.As(err, &hk):
 		return "next: verify the host key as described above; mgmtctl never skips host key checks\n"
 	case errors.As(err, &locked):
 		return "next: wait for the other run to finish, then run mgmtctl again\n"
+	case errors.As(err, &dropped):
+		host, _, err := net.SplitHostPort(dropped.Addr)
+		if err != nil {
+			host = dropped.Addr
+		}
+		return fmt.Sprintf("next: check the network to %s (%s), then run the same command again: it resumes where this run stopped\n", dropped.Host, host)
 	case errors.As(err, &unreachable):
 		host, port, err := net.SplitHostPort(unreachable.Addr)
 		if err != nil {
@@ -404,7 +411,8 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 	if err != nil {
 		return usageError{err}
 	}
-	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: x, Retry: remote.Retry{Attempts: 2}}
+	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: x, Retry: remote.Retry{Attempts: 2},
+		KeepAlive: keepAlive(l.Cluster.Spec.SSH)}
 	r := health.Run(ctx, selected, phase.StatusExtras(s))
 	if g.output == "json" {
 		err = health.WriteJSON(o.Out, r, x)

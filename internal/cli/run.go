@@ -44,8 +44,14 @@ func (r *run) open() error {
 	}
 	r.log = log
 	r.s.Log = log.Logger
-	r.s.Dialer = &remote.Dialer{AgentSocket: r.o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: r.x, Retry: remote.Retry{Attempts: 4}}
+	r.s.Dialer = &remote.Dialer{AgentSocket: r.o.Getenv("SSH_AUTH_SOCK"), Log: log.Logger, Redactor: r.x, Retry: remote.Retry{Attempts: 4},
+		KeepAlive: keepAlive(r.l.Cluster.Spec.SSH)}
 	return nil
+}
+
+// keepAlive is the config's spec.ssh as the remote layer takes it.
+func keepAlive(s config.SSH) remote.KeepAlive {
+	return remote.KeepAlive{Interval: s.Interval, CountMax: s.ServerAliveCountMax}
 }
 
 // openRun is newRun then open, for the day-two commands.

@@ -97,6 +97,8 @@ func TestDefaults(t *testing.T) {
 		{"kubeconfig.path", s.Kubeconfig.Path, "~/.kube/lab-mgmt.kubeconfig"},
 		{"inspector.name", s.Inspector.Name, "lab-mgmt-ro"},
 		{"inspector.tokenTTL", s.Inspector.TokenTTL, "168h"},
+		{"ssh.serverAliveInterval", s.SSH.Interval, 10 * time.Second},
+		{"ssh.serverAliveCountMax", s.SSH.ServerAliveCountMax, 3},
 		{"providers", len(s.Providers), 5},
 	}
 	for _, c := range checks {
@@ -202,6 +204,9 @@ func TestBadConfigs(t *testing.T) {
 		{"tokenTTL not a duration", "tokenTTL: 168h", "tokenTTL: 7d", `:48: spec.inspector.tokenTTL: must be a duration like 168h or 90m (got "7d")`},
 		{"tokenTTL too short", "tokenTTL: 168h", "tokenTTL: 5m", `:48: spec.inspector.tokenTTL: must be from 10m to 8760h (got "5m")`},
 		{"tokenTTL too long", "tokenTTL: 168h", "tokenTTL: 9000h", `:48: spec.inspector.tokenTTL: must be from 10m to 8760h`},
+		{"keepalive not a duration", "tokenTTL: 168h", "tokenTTL: 168h\n  ssh:\n    serverAliveInterval: 10", `:50: spec.ssh.serverAliveInterval: must be a duration like 10s or 1m (got "10")`},
+		{"keepalive too fast", "tokenTTL: 168h", "tokenTTL: 168h\n  ssh:\n    serverAliveInterval: 100ms", `:50: spec.ssh.serverAliveInterval: must be from 1s to 5m (got "100ms")`},
+		{"keepalive count zero", "tokenTTL: 168h", "tokenTTL: 168h\n  ssh:\n    serverAliveCountMax: 0", `:50: spec.ssh.serverAliveCountMax: must be from 1 to 20 (got "0")`},
 		{"not yaml", "kind: ManagementCluster\n", "kind: [ManagementCluster\n", `: not valid YAML`},
 		{"alias", "version: v1.35.7+k3s1\n    installScriptURL: https://get.k3s.io", "version: &k v1.35.7+k3s1\n    installScriptURL: *k", `:31: spec.k3s.installScriptURL: YAML aliases are not supported; write the value out`},
 		{"duplicate field", "    cores: 2\n", "    cores: 2\n    cores: 4\n", `:20: spec.vm.cores: duplicate field`},

@@ -19,8 +19,12 @@ const (
 	DefaultCAPMOXVersion    = "v0.9.1"
 	DefaultIPAMVersion      = "v1.1.1"
 	DefaultTokenTTL         = "168h"
-	DefaultKubeVIPImage     = "ghcr.io/kube-vip/kube-vip"
-	DefaultKubeVIPVersion   = "v1.2.3"
+	// A dead link is noticed 30 to 40 s after it drops (OpenSSH's own
+	// default is no keepalive at all; 10 s x 3 is the common advice).
+	DefaultServerAliveInterval = "10s"
+	DefaultServerAliveCountMax = 3
+	DefaultKubeVIPImage        = "ghcr.io/kube-vip/kube-vip"
+	DefaultKubeVIPVersion      = "v1.2.3"
 	// DefaultVIPInterface is eth0: Proxmox's cloud-init network config
 	// names the VM's first NIC so, whatever the kernel called it.
 	DefaultVIPInterface = "eth0"
@@ -137,6 +141,8 @@ func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]
 		str(&s.Inspector.Name, "spec.inspector.name", c.Metadata.Name+"-ro")
 	}
 	str(&s.Inspector.TokenTTL, "spec.inspector.tokenTTL", DefaultTokenTTL)
+	str(&s.SSH.ServerAliveInterval, "spec.ssh.serverAliveInterval", DefaultServerAliveInterval)
+	num(&s.SSH.ServerAliveCountMax, "spec.ssh.serverAliveCountMax", DefaultServerAliveCountMax)
 	return defaults
 }
 

@@ -98,6 +98,7 @@ func (l *Loaded) derive() {
 	}
 	s.VIP.Addr, _ = netip.ParseAddr(s.VIP.Address)
 	s.Inspector.TTL, _ = time.ParseDuration(s.Inspector.TokenTTL)
+	s.SSH.Interval, _ = time.ParseDuration(s.SSH.ServerAliveInterval)
 	s.K3s.Release, _ = ParseK3sRelease(s.K3s.Version)
 }
 

@@ -41,6 +41,7 @@ type Spec struct {
 	Providers          []Provider `yaml:"providers"`
 	Kubeconfig         Kubeconfig `yaml:"kubeconfig"`
 	Inspector          Inspector  `yaml:"inspector"`
+	SSH                SSH        `yaml:"ssh"`
 }
 
 // Proxmox is the Proxmox VE node that hosts the VM, and the API identity
@@ -160,6 +161,18 @@ type Inspector struct {
 
 	// TTL is TokenTTL parsed, set by Load once the file is valid.
 	TTL time.Duration `yaml:"-"`
+}
+
+// SSH is how mgmtctl watches its SSH connections, under the names OpenSSH
+// users know from ssh_config(5): a keepalive every ServerAliveInterval,
+// and the connection given up when more than ServerAliveCountMax in a row
+// go unanswered, so a dropped network fails a run instead of hanging it.
+type SSH struct {
+	ServerAliveInterval string `yaml:"serverAliveInterval"`
+	ServerAliveCountMax int    `yaml:"serverAliveCountMax"`
+
+	// Interval is ServerAliveInterval parsed, set by Load.
+	Interval time.Duration `yaml:"-"`
 }
 
 // Secrets is the whole of secrets.yaml.

@@ -96,6 +96,32 @@ func (v *validator) cluster(c *ManagementCluster) {
 	v.localPath("spec.kubeconfig.path", s.Kubeconfig.Path)
 	v.dnsSubdomain("spec.inspector.name", s.Inspector.Name)
 	v.tokenTTL("spec.inspector.tokenTTL", s.Inspector.TokenTTL)
+	v.ssh(&s.SSH)
+}
+
+// Bounds of the SSH keepalive: probes faster than a second are noise, and
+// a dead link should be given up within minutes, not the quarter hour TCP
+// takes on its own.
+const (
+	MinServerAliveInterval = time.Second
+	MaxServerAliveInterval = 5 * time.Minute
+	MaxServerAliveCountMax = 20
+)
+
+func (v *validator) ssh(s *SSH) {
+	p := "spec.ssh.serverAliveInterval"
+	if v.required(p, s.ServerAliveInterval) {
+		d, err := time.ParseDuration(s.ServerAliveInterval)
+		switch {
+		case err != nil:
+			v.add(p, s.ServerAliveInterval, "must be a duration like 10s or 1m")
+		case d < MinServerAliveInterval || d > MaxServerAliveInterval:
+			v.add(p, s.ServerAliveInterval, "must be from 1s to 5m")
+		}
+	}
+	if n := s.ServerAliveCountMax; n < 1 || n > MaxServerAliveCountMax {
+		v.add("spec.ssh.serverAliveCountMax", fmt.Sprint(n), "must be from 1 to 20")
+	}
 }
 
 func (v *validator) required(p, val string) bool {

@@ -29,6 +29,10 @@ type Options struct {
 	// carries out exactly those, and a step whose plan is not the one
 	// listed fails with a *PlanChangedError before it changes anything.
 	Listed *Listed
+	// Lost, when set, says whether the connection to a host has been
+	// given up (its link went silent): a step waiting on that host then
+	// fails with that error at once, rather than at its bound.
+	Lost func(host string) error
 }
 
 // StepKey names one step of a run.
@@ -366,7 +370,7 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 			}
 		}
 		if waits {
-			if err := wait(ctx, w); err != nil {
+			if err := wait(ctx, w, r.opts.Lost); err != nil {
 				return fail(err)
 			}
 		}
@@ -381,16 +385,52 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 	return nil
 }
 
+// LostPoll is how often a wait asks whether its host is gone.
+var LostPoll = 500 * time.Millisecond
+
 // wait runs w's wait under its bound: every wait of a run ends, one way
-// or the other.
-func wait(ctx context.Context, w step.Waiter) error {
+// or the other. With lost, a wait whose host's connection is given up
+// meanwhile ends then, with that error: a waiter retries what fails (an
+// API read through a dead link looks like any other), so it would
+// otherwise wait out its whole bound for a host that is gone.
+func wait(ctx context.Context, w step.Waiter, lost func(host string) error) error {
 	bound := w.Bound()
 	if bound <= 0 {
 		return fmt.Errorf("%s has no bound for its wait", w.ID())
 	}
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
+	var hostGone error
+	stopPoll := func() {}
+	if lost != nil {
+		pctx, cancelLost := context.WithCancel(wctx)
+		wctx = pctx
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(LostPoll)
+			defer t.Stop()
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case <-t.C:
+					if err := lost(w.Host()); err != nil {
+						hostGone = err
+						cancelLost()
+						return
+					}
+				}
+			}
+		}()
+		// hostGone is read only once the poll has ended.
+		stopPoll = func() { cancelLost(); <-done }
+	}
 	err := w.Wait(wctx)
+	stopPoll()
+	if err != nil && hostGone != nil {
+		return hostGone
+	}
 	var own *step.TimeoutError
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &own) {
 		// A waiter's own TimeoutError names its bound with what it last

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,6 +313,31 @@ func TestWaiter(t *testing.T) {
 	if !errors.As(err, &te) || strings.Contains(err.Error(), "gave up") || !strings.Contains(err.Error(), "Ready not reached after 20ms: /node is , not Ready") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a waiter's own timeout: %v", err)
 	}
+	// A wait whose host's connection is given up ends then, with that
+	// error, not at its bound; another host's loss leaves it alone.
+	LostPoll = 5 * time.Millisecond
+	gone := errors.New("lost the connection to vm")
+	var asked atomic.Int32
+	lost := func(host string) error {
+		if host == "vm" && asked.Add(1) > 3 {
+			return gone
+		}
+		return nil
+	}
+	cut := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
+		Release: make(chan struct{}), Timeout: time.Minute}
+	start := time.Now()
+	_, err = Run(context.Background(), ps(cut), Options{Lost: lost}, &events{})
+	if !errors.As(err, &se) || !errors.Is(err, gone) || time.Since(start) > 10*time.Second {
+		t.Errorf("a wait on a lost host: %v after %v", err, time.Since(start))
+	}
+	other := &steptest.Wait{StepID: "node-ready", HostName: "other", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
+		Release: make(chan struct{}), Timeout: 50 * time.Millisecond}
+	_, err = Run(context.Background(), ps(other), Options{Lost: lost}, &events{})
+	if errors.Is(err, gone) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a wait on a host still there: %v", err)
+	}
+
 	// A waiter without a bound is refused, not waited for forever.
 	unbounded := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
 		Release: make(chan struct{}), Timeout: -1}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +23,14 @@ import (
 // its plan, nothing recomputed from discovery.
 func TestRBACAppliesThePlan(t *testing.T) {
 	cs := fake.NewClientset()
-	var sent []string
+	var sent, other []string
 	cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if pa, ok := a.(k8stesting.PatchAction); ok {
 			sent = append(sent, a.GetResource().Resource+"/"+pa.GetName()+" "+string(pa.GetPatch()))
+		} else {
+			// Strict: any other request (a create, a delete, a get
+			// the plan did not need) is an effect outside the plan.
+			other = append(other, a.GetVerb()+" "+a.GetResource().Resource)
 		}
 		return true, nil, nil
 	})
@@ -38,6 +43,9 @@ func TestRBACAppliesThePlan(t *testing.T) {
 	if len(sent) != 1 || !strings.HasPrefix(sent[0], `clusterroles/planned {"kind":"ClusterRole"`) || !strings.Contains(sent[0], `"resources":["pods"]`) {
 		t.Errorf("sent %q", sent)
 	}
+	if len(other) != 0 {
+		t.Errorf("requests beyond the plan: %q", other)
+	}
 }
 
 // TestKubeconfigFileMintsThePlan: the plan says mint (with the server and
@@ -46,10 +54,16 @@ func TestRBACAppliesThePlan(t *testing.T) {
 func TestKubeconfigFileMintsThePlan(t *testing.T) {
 	cs := fake.NewClientset()
 	var ttl int64
+	var requests []string
 	cs.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		tr := a.(k8stesting.CreateAction).GetObject().(*authv1.TokenRequest)
 		ttl = *tr.Spec.ExpirationSeconds
 		return true, &authv1.TokenRequest{Status: authv1.TokenRequestStatus{Token: "minted-token"}}, nil
+	})
+	// Every request, before any reactor answers it.
+	cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		requests = append(requests, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
+		return false, nil, nil
 	})
 	path := filepath.Join(t.TempDir(), "ro.kubeconfig")
 	var minted []string
@@ -65,8 +79,13 @@ func TestKubeconfigFileMintsThePlan(t *testing.T) {
 	m := p.Changes[0].Payload.(Mint)
 	m.Server, m.TTL = "https://planned:6443", 2*time.Hour
 	p.Changes[0].Payload = m
+	requests = nil
 	if err := s.Apply(context.Background(), p); err != nil {
 		t.Fatal(err)
+	}
+	// Strict: one TokenRequest, no other API request.
+	if want := []string{"create serviceaccounts/token"}; !reflect.DeepEqual(requests, want) {
+		t.Errorf("Apply's API requests %q, want %q", requests, want)
 	}
 	b, _ := os.ReadFile(path)
 	fi, _ := os.Stat(path)

@@ -26,7 +26,9 @@ func TestApplyRunsThePlan(t *testing.T) {
 		// answer is what the VM answers (remotetest.EmptyBatch when
 		// nil): the facts Apply reads back.
 		answer func(remote.Cmd) (remote.Result, error)
-		want   []string
+		// files are the VM's files (none readable when nil).
+		files map[string][]byte
+		want  []string
 	}{
 		{name: "guest-agent", step: func(v *VM) step.Step { return &GuestAgent{V: v} }, tamper: marked,
 			want: []string{"run echo planned", "run echo planned"}},
@@ -37,12 +39,19 @@ func TestApplyRunsThePlan(t *testing.T) {
 			want:   []string{"run echo planned"}},
 		{name: "restart-k3s", step: func(v *VM) step.Step { return &Restart{NodeReady: &NodeReady{V: v}} },
 			facts: func(v *VM) { v.Installed = "v1.35.7+k3s1" }, tamper: marked, want: []string{"run echo planned"}},
+		{name: "kube-vip", step: func(v *VM) step.Step { return &KubeVIP{V: v, Manifest: []byte("kind: DaemonSet\n")} },
+			files: map[string][]byte{}, tamper: file, want: []string{"write /planned"}},
+		{name: "cluster-token", step: func(v *VM) step.Step {
+			seed := &VM{Spec: Spec{Name: "lab-mgmt"}, Host: &remotetest.Host{HostName: "lab-mgmt", Files: map[string][]byte{ServerTokenPath: []byte("K10seed::server:x\n")}}}
+			return &ClusterToken{V: v, Seed: func() *VM { return seed }}
+		}, files: map[string][]byte{}, tamper: file, want: []string{"write /planned"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &remotetest.Host{HostName: "lab-mgmt", Answer: remotetest.EmptyBatch}
 			if tc.answer != nil {
 				h.Answer = tc.answer
 			}
+			h.Files = tc.files
 			v := &VM{Spec: Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), Version: config.K3sRelease{Major: 1, Minor: 35, Patch: 7, Build: 1}, InstallScriptURL: "https://get.k3s.io"}, Host: h}
 			if tc.facts != nil {
 				tc.facts(v)

@@ -22,7 +22,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// Paths of a cluster of servers (upstream-facts 2.3; docs.k3s.io
+// Paths of a cluster of servers (docs.k3s.io installation/configuration,
 // datastore/ha-embedded, installation/packaged-components).
 const (
 	// ServerTokenPath is where a k3s server keeps the cluster token.

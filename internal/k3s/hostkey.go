@@ -73,7 +73,7 @@ func (s *HostKeyCheck) Apply(context.Context, step.Plan) error { return nil }
 
 // agentNotRunning reports whether qm guest said the VM's guest agent does
 // not answer yet (`QEMU guest agent is not running`, qemu-server
-// Agent.pm; upstream-facts 1.7): qm's stderr is all that tells it from
+// src/PVE/QemuServer/Agent.pm, docs/upstream.md §1.7): qm's stderr is all that tells it from
 // another failure.
 func agentNotRunning(stderr string) bool {
 	return strings.Contains(stderr, "QEMU guest agent is not running")

@@ -48,13 +48,22 @@ func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 }
 
 // installScript fetches the install script ($1) and runs it with the
-// pinned version ($2). The script is kept in a private temporary file, not
-// piped, so a truncated download cannot run half a script.
+// pinned version ($2). The script is kept in a private temporary directory,
+// not piped, so a truncated download cannot run half a script.
+//
+// Upstream's installer runs curl with no bound on a stalled transfer
+// (install.sh's download(): curl -o $1 -sfL $2), so a mirror that drops
+// mid-download would hold the run while the SSH link stays healthy. curl
+// reads $CURL_HOME/.curlrc (curl(1), "--config"): one there gives every
+// curl the installer runs the bound mgmtctl's own downloads have.
 const installScript = `set -eu
-tmp=$(mktemp)
-trap 'rm -f -- "$tmp"' EXIT
-curl -sSfL --retry 3 --connect-timeout 30 --speed-limit 1 --speed-time 60 -o "$tmp" -- "$1"
-INSTALL_K3S_VERSION=$2 sh "$tmp"
+tmp=$(mktemp -d)
+trap 'rm -rf -- "$tmp"' EXIT
+# A signal ends the script through exit, so the EXIT trap still runs.
+trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
+printf '%s\n' 'connect-timeout = 30' 'speed-limit = 1' 'speed-time = 60' > "$tmp/.curlrc"
+curl -sSfL --retry 3 --connect-timeout 30 --speed-limit 1 --speed-time 60 -o "$tmp/install.sh" -- "$1"
+CURL_HOME=$tmp INSTALL_K3S_VERSION=$2 sh "$tmp/install.sh"
 # The installer skips the start when nothing changed; a service left
 # stopped by an interrupted install must run all the same.
 systemctl start k3s`

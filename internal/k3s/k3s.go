@@ -20,7 +20,8 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// Paths on the VM (upstream-facts 2.3, 2.4).
+// Paths on the VM (docs.k3s.io "Configuration File" and "Cluster Access";
+// docs/upstream.md §2.3, §2.4).
 const (
 	ConfigPath     = "/etc/rancher/k3s/config.yaml"
 	KubeconfigPath = "/etc/rancher/k3s/k3s.yaml"

@@ -106,7 +106,10 @@ type Cluster struct {
 // d. With dryRun, every write either client makes is a server-side dry run
 // (see DryRunTransport): the cluster of a check run or of `status`, where a
 // step that forgot its guard must not change anything.
-func NewCluster(kubeconfig []byte, d Dialer, dryRun bool) (*Cluster, error) {
+//
+// wrap, when given, wraps the transport (outermost last): the caller's
+// view of a failed request, such as the SSH link it rode on being gone.
+func NewCluster(kubeconfig []byte, d Dialer, dryRun bool, wrap ...func(http.RoundTripper) http.RoundTripper) (*Cluster, error) {
 	// A bound on every request, so a connection that went silent fails
 	// instead of hanging; a watch cut by it is re-opened by Until.
 	rc, err := restConfig(kubeconfig, d, time.Minute)
@@ -114,6 +117,9 @@ func NewCluster(kubeconfig []byte, d Dialer, dryRun bool) (*Cluster, error) {
 		return nil, err
 	}
 	rc.QPS, rc.Burst = 50, 100
+	for _, w := range wrap {
+		rc.Wrap(w)
+	}
 	if dryRun {
 		// JSON bodies, so the transport can set dryRun in a DELETE's
 		// options (the typed client would send them as protobuf).

@@ -139,14 +139,24 @@ func TestMergeSetsAMissingCurrentContext(t *testing.T) {
 // plan is empty.
 func TestFileWritesThePlan(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "admin.kubeconfig")
-	f := &File{StepID: "admin-kubeconfig", Path: path, Render: func(context.Context) ([]byte, string, error) { return []byte("rendered\n"), "", nil }}
+	// Render is where the step reads the cluster (k3s.yaml, the API
+	// server's answer): Check reads, Apply only writes what it is handed.
+	renders := 0
+	f := &File{StepID: "admin-kubeconfig", Path: path, Render: func(context.Context) ([]byte, string, error) {
+		renders++
+		return []byte("rendered\n"), "", nil
+	}}
 	p, err := f.Check(context.Background())
 	if err != nil || len(p.Changes) != 1 || string(p.Changes[0].Payload.([]byte)) != "rendered\n" || p.Changes[0].Diff.After != "rendered\n" {
 		t.Fatalf("plan: %+v %v", p, err)
 	}
 	p.Changes[0].Payload = []byte("planned\n")
+	before := renders
 	if err := f.Apply(context.Background(), p); err != nil {
 		t.Fatal(err)
+	}
+	if renders != before {
+		t.Errorf("Apply read the cluster again (%d renders): it must write the plan it is handed", renders-before)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "planned\n" || !Private(path) {
 		t.Errorf("wrote %q (private %v)", b, Private(path))

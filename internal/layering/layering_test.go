@@ -49,6 +49,7 @@ var allowed = map[string][]string{
 	"diff":        nil,
 	"localfile":   nil,
 	"layering":    nil,
+	"standalone":  nil,
 	// Test helpers.
 	"steptest":          {"step"},
 	"remote/sshtest":    nil,

@@ -223,7 +223,7 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.s.Redact != nil {
 		a.s.Redact(kubeconfig.Secrets(kc)...)
 	}
-	cl, err := kube.NewCluster(kc, h.DialContext, a.s.ReadOnly)
+	cl, err := kube.NewCluster(kc, h.DialContext, a.s.ReadOnly, a.s.linkAware(h.Name()))
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -103,11 +104,11 @@ func withPort(host string) string {
 // may change the host takes its lock first; in check mode the host comes
 // behind the read-only gate and is not locked.
 func (s *Session) Host(ctx context.Context, t remote.Target) (remote.Host, error) {
-	h, _, err := s.hostWith(ctx, s.Dialer, t)
+	h, _, err := s.hostWith(ctx, s.Dialer, s.Dialer.Retry, t)
 	return h, err
 }
 
-func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, t remote.Target) (remote.Host, *remote.Conn, error) {
+func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, first remote.Retry, t remote.Target) (remote.Host, *remote.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {
@@ -115,7 +116,7 @@ func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, t remote.Targe
 	}
 	hc, ok := s.conns[t.Addr]
 	if !ok {
-		c, err := d.Connect(ctx, t)
+		c, err := d.ConnectWaiting(ctx, t, first)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -234,25 +235,26 @@ func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait b
 		s.forgotVMKey[t.Addr] = true
 	}
 	t.AcceptNewHostKey = created || s.AcceptNewHostKey
+	// Short attempts: a SYN lost while the guest boots is resent by a new
+	// attempt rather than by TCP's slow retransmit schedule. A connection
+	// that drops later is tried again once: the VM has booted by then, so
+	// a link that went down is a failure to report, not a boot to wait for.
 	d := *s.Dialer
+	d.Timeout = 5 * time.Second
+	d.Retry = remote.Retry{Attempts: 1}
+	first := d.Retry
 	if wait {
 		// A booting VM: keep knocking with a bounded backoff; the step's
 		// context bounds the whole wait.
-		// Short attempts: a SYN lost while the guest boots is resent by a
-		// new attempt rather than by TCP's slow retransmit schedule.
-		d.Timeout = 5 * time.Second
-		d.Retry = remote.Retry{Attempts: 1 << 20, Backoff: func(n int) time.Duration {
+		first = remote.Retry{Attempts: 1 << 20, Backoff: func(n int) time.Duration {
 			return min(250*time.Millisecond<<min(n, 4), 3*time.Second)
 		}, OnRetry: func(n int, err error) {
 			if progress != nil && n%5 == 1 {
 				progress(fmt.Sprintf("waiting for SSH on %s (attempt %d: %v)", t.Addr, n, err))
 			}
 		}}
-	} else {
-		d.Retry = remote.Retry{Attempts: 1}
-		d.Timeout = 5 * time.Second
 	}
-	h, conn, err := s.hostWith(ctx, &d, t)
+	h, conn, err := s.hostWith(ctx, &d, first, t)
 	if err != nil {
 		var hk *remote.HostKeyError
 		if errors.As(err, &hk) && !hk.Changed() {
@@ -270,6 +272,44 @@ func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait b
 		_ = os.Remove(s.newVMMarker(srv))
 	}
 	return h, nil
+}
+
+// linkAware wraps a cluster's transport: a request that fails because the
+// SSH link to host (which every API connection rides on) was given up
+// fails with that, a *remote.DroppedError (exit 4, the host named), rather
+// than with what HTTP saw of it (EOF, a lost HTTP/2 connection).
+func (s *Session) linkAware(host string) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				if lost := s.lostDuring(host, "a Kubernetes API request"); lost != nil {
+					return nil, fmt.Errorf("%w (%v)", lost, err)
+				}
+			}
+			return resp, err
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Lost says whether the connection to host (a step's Host: a node's or a
+// VM's name) was given up because the host stopped answering, for the
+// engine to end a wait on it at once (engine.Options.Lost).
+func (s *Session) Lost(host string) error { return s.lostDuring(host, "a wait on "+host) }
+
+func (s *Session) lostDuring(host, what string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, hc := range s.conns {
+		if hc.conn.Name() == host {
+			return hc.conn.Silent(what)
+		}
+	}
+	return nil
 }
 
 // Close releases every lock and connection.

@@ -3,6 +3,7 @@ package proxmox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -229,7 +230,11 @@ func TestCreateVMRecordsThePlannedMarker(t *testing.T) {
 	var order []string
 	h := &remotetest.Host{HostName: "pve", Answer: remotetest.EmptyBatch}
 	s := &CreateVM{N: &Node{Spec: spec(), Host: h}, AuthorizedKey: "ssh-ed25519 AAAA laptop", Marker: "/home/u/.config/mgmtctl/new-vm-110",
-		WriteMarker: func(p string) error { order = append(order, "marker "+p); return nil }}
+		WriteMarker: func(p string) error {
+			// Where the marker falls among the node's effects.
+			order = append(order, fmt.Sprintf("marker %s (after %d effects on the node)", p, len(h.Effects())))
+			return nil
+		}}
 	p, err := s.Check(context.Background())
 	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "record it as new in /home/u/.config/mgmtctl/new-vm-110") ||
 		!strings.Contains(p.Changes[0].Diff.After, "rm -f -- /root/.mgmtctl-sshkeys-110.pub") {
@@ -242,7 +247,11 @@ func TestCreateVMRecordsThePlannedMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	order = append(order, h.Effects()...)
-	if len(order) < 2 || order[0] != "marker /planned/marker" || !strings.HasPrefix(order[1], "write ") {
-		t.Errorf("order: %q", order)
+	// Strict: the marker first, then the key file, qm create and the key
+	// file's removal, each once, and nothing else.
+	want := []string{"marker /planned/marker (after 0 effects on the node)", "write /root/.mgmtctl-sshkeys-110.pub",
+		"run " + cr.Create.String(), "run " + cr.Cleanup.String()}
+	if !reflect.DeepEqual(order, want) {
+		t.Errorf("effects:\n%q\nwant\n%q", order, want)
 	}
 }

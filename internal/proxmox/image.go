@@ -44,6 +44,8 @@ url=$1 dst=$2 want=$3
 mkdir -p -- "$(dirname -- "$dst")"
 tmp=$(mktemp "$dst.mgmtctl-XXXXXX")
 trap 'rm -f -- "$tmp"' EXIT
+# A signal ends the script through exit, so the EXIT trap still runs.
+trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
 # A stalled transfer (no byte for a minute) fails rather than hangs.
 if command -v curl >/dev/null 2>&1; then
   curl -fsSL --retry 3 --connect-timeout 30 --speed-limit 1 --speed-time 60 -o "$tmp" -- "$url"

@@ -171,8 +171,8 @@ func parseSize(s string) (int64, bool) {
 
 // missingVM reports whether qm said the VM's config does not exist
 // (`Configuration file 'nodes/<node>/qemu-server/<vmid>.conf' does not
-// exist`, pve-guest-common AbstractConfig load_config; upstream-facts
-// 1.1). qm's stderr and a non-zero exit are all it says: its exit code
+// exist`, pve-guest-common src/PVE/AbstractConfig.pm load_config;
+// docs/upstream.md §1.1). qm's stderr and a non-zero exit are all it says: its exit code
 // for this case is not documented.
 func missingVM(stderr []byte) bool {
 	return strings.Contains(string(stderr), "Configuration file '") && strings.Contains(string(stderr), ".conf' does not exist")

@@ -38,7 +38,8 @@ func (s *CreateVM) keysFile() string {
 	return "/root/.mgmtctl-sshkeys-" + s.N.VMID() + ".pub"
 }
 
-// CreateArgs is the qm create command line (upstream-facts 1.2).
+// CreateArgs is the qm create command line (qemu-server
+// src/PVE/API2/Qemu.pm create_vm; docs/upstream.md §1.2).
 func (s *CreateVM) CreateArgs() []string {
 	vm := s.N.Spec
 	net := "virtio,bridge=" + vm.Bridge
@@ -201,7 +202,7 @@ func human(b int64) string {
 }
 
 // Apply implements step.Step. qm resize exits 0 even when its worker fails
-// (upstream-facts 1.3), so the result is read back from qm config.
+// (docs/upstream.md §1.3), so the result is read back from qm config.
 func (s *GrowDisk) Apply(ctx context.Context, p step.Plan) error {
 	n := s.N
 	res, err := n.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))

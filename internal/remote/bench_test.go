@@ -59,3 +59,18 @@ func benchConn(b *testing.B) *remote.Conn {
 	b.Cleanup(func() { c.Close() })
 	return c
 }
+
+// BenchmarkLock takes and releases the run lock, as every run does once
+// per host: the lease's heartbeat and release line against the plain
+// hold-until-stdin-closes of before.
+func BenchmarkLock(b *testing.B) {
+	c := benchConn(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		release, err := c.Lock(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		release()
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ExitError is a command that exited with a code it was not allowed to.
@@ -48,6 +49,33 @@ func (e *UnreachableError) Error() string {
 }
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// DroppedError is a connection that dropped while a command ran on it.
+type DroppedError struct {
+	Host string
+	Addr string // host:port
+	Cmd  string // what was running, redacted
+	Ran  time.Duration
+	// MayBeHalfDone is set for a command that changes the host: it may
+	// have been cut off part of the way (mgmtctl's steps are written so
+	// that the next run finds and finishes such work).
+	MayBeHalfDone bool
+	Err           error // why: a *NoAnswerError, or what the SSH layer said
+}
+
+func (e *DroppedError) Error() string {
+	msg := fmt.Sprintf("lost the connection to %s (%s) %s into %s: %v", e.Host, e.Addr, roundDuration(e.Ran), e.Cmd, e.Err)
+	if e.Ran == 0 {
+		// Nothing of mgmtctl's was running there: a wait, an API request.
+		msg = fmt.Sprintf("lost the connection to %s (%s) during %s: %v", e.Host, e.Addr, e.Cmd, e.Err)
+	}
+	if e.MayBeHalfDone {
+		msg += "; the command may have stopped part of the way on the host"
+	}
+	return msg
+}
+
+func (e *DroppedError) Unwrap() error { return e.Err }
 
 // HostKeyError is a host key that known_hosts does not vouch for.
 type HostKeyError struct {
@@ -109,5 +137,6 @@ var ErrReadOnly = errors.New("refused in check mode: the command may change the 
 func IsUnreachable(err error) bool {
 	var u *UnreachableError
 	var k *HostKeyError
-	return errors.As(err, &u) || errors.As(err, &k)
+	var d *DroppedError
+	return errors.As(err, &u) || errors.As(err, &k) || errors.As(err, &d)
 }

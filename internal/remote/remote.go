@@ -176,6 +176,8 @@ d=$(dirname -- "$p")
 mkdir -p -- "$d"
 tmp=$(mktemp "$d/.mgmtctl.XXXXXX")
 trap 'rm -f -- "$tmp"' EXIT
+# A signal ends the script through exit, so the EXIT trap still runs.
+trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
 cat > "$tmp"
 chmod "$mode" "$tmp"
 if [ -n "$owner" ]; then chown "$owner" "$tmp"; fi

@@ -60,31 +60,125 @@ type Dialer struct {
 	Retry       Retry
 	Log         *slog.Logger
 	Redactor    *redact.Redactor
-	// Timeout bounds one TCP connect plus handshake.
+	// Timeout bounds one TCP connect plus handshake; zero is
+	// DefaultConnectTimeout.
 	Timeout time.Duration
+	// KeepAlive watches every connection; zero is DefaultKeepAlive.
+	KeepAlive KeepAlive
 }
+
+// DefaultConnectTimeout bounds one connection attempt: generous for a
+// host on the lab's or the user's network, and short enough that a run's
+// attempts at a host that is gone (4, with their pauses) end within a
+// minute.
+const DefaultConnectTimeout = 10 * time.Second
 
 // Conn is one SSH connection to a host; it runs many sessions and
 // reconnects when the connection drops between commands.
 type Conn struct {
-	d      *Dialer
-	t      Target
-	mu     sync.Mutex
+	d    *Dialer
+	t    Target
+	mu   sync.Mutex
+	link *link
+	hk   *hostKeys
+	// silence is why the last link was given up, kept until a new
+	// connection is made (reconnects that fail leave no link to ask).
+	silence *NoAnswerError
+}
+
+// link is one SSH connection and its keepalive watch.
+type link struct {
 	client *ssh.Client
-	hk     *hostKeys
+	stop   chan struct{}
+	w      *watcher
+	// closed is closed once the connection is; err is then why.
+	closed chan struct{}
+	err    error
+}
+
+func newLink(cl *ssh.Client, k KeepAlive) *link {
+	l := &link{client: cl, stop: make(chan struct{}), w: newWatcher(k), closed: make(chan struct{})}
+	go l.w.run(cl, l.stop)
+	go func() {
+		l.err = cl.Wait()
+		close(l.closed)
+	}()
+	return l
+}
+
+// why is the reason a command on the link was cut off: the keepalive
+// watch's verdict, or the kernel's when TCP_USER_TIMEOUT fired first (both
+// mean the peer went silent), else what the SSH layer said.
+func (l *link) why(sshErr error) error {
+	select {
+	case <-l.closed:
+	case <-time.After(time.Second):
+		// The session saw the end before the connection did.
+	}
+	if dead := l.silent(); dead != nil {
+		return dead
+	}
+	return sshErr
+}
+
+// Silent is why the connection was given up, when the host stopped
+// answering and no connection has been made since: a *DroppedError
+// saying what was under way (what), or nil.
+func (c *Conn) Silent(what string) error {
+	c.mu.Lock()
+	l, dead := c.link, c.silence
+	c.mu.Unlock()
+	if l != nil {
+		dead = l.silent()
+	}
+	if dead == nil {
+		return nil
+	}
+	return &DroppedError{Host: c.t.Name, Addr: c.t.Addr, Cmd: what, Err: dead}
+}
+
+// silent is why the link was given up for silence (the watch's verdict,
+// or the kernel's timeout), or nil while it lives or when it ended for
+// another reason.
+func (l *link) silent() *NoAnswerError {
+	if dead := l.w.dead.Load(); dead != nil {
+		return dead
+	}
+	select {
+	case <-l.closed:
+		if errors.Is(l.err, syscall.ETIMEDOUT) {
+			return l.w.silent(l.err)
+		}
+	default:
+	}
+	return nil
+}
+
+func (l *link) close() error {
+	close(l.stop)
+	return l.client.Close()
 }
 
 var _ Host = (*Conn)(nil)
 
 // Connect dials t, verifying its host key and retrying transient errors.
 func (d *Dialer) Connect(ctx context.Context, t Target) (*Conn, error) {
+	return d.ConnectWaiting(ctx, t, d.Retry)
+}
+
+// ConnectWaiting is Connect for a host that may not answer yet (a VM
+// booting): the first connection is tried under first, however patient;
+// a later reconnect, after a connection that dropped, under the Dialer's
+// own Retry, so a link that goes down mid-run fails the run instead of
+// being waited for like a boot.
+func (d *Dialer) ConnectWaiting(ctx context.Context, t Target, first Retry) (*Conn, error) {
 	hk, err := newHostKeys(t.KnownHosts)
 	if err != nil {
 		return nil, err
 	}
 	hk.acceptNew = t.AcceptNewHostKey
 	c := &Conn{d: d, t: t, hk: hk}
-	if err := c.reconnect(ctx); err != nil {
+	if err := c.connect(ctx, first); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -160,14 +254,19 @@ func transient(err error) bool {
 		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "handshake failed: EOF")
 }
 
-func (c *Conn) reconnect(ctx context.Context) error {
+func (c *Conn) reconnect(ctx context.Context) error { return c.connect(ctx, c.d.Retry) }
+
+func (c *Conn) connect(ctx context.Context, retry Retry) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.client != nil {
-		c.client.Close()
-		c.client = nil
+	if c.link != nil {
+		if why := c.link.silent(); why != nil {
+			c.silence = why
+		}
+		c.link.close()
+		c.link = nil
 	}
-	attempts := max(c.d.Retry.Attempts, 1)
+	attempts := max(retry.Attempts, 1)
 	var err error
 	for n := 1; n <= attempts; n++ {
 		if n > 1 {
@@ -175,18 +274,19 @@ func (c *Conn) reconnect(ctx context.Context) error {
 			case <-ctx.Done():
 				// The last attempt's error says more than the deadline.
 				return &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: n - 1, Err: err}
-			case <-time.After(c.d.Retry.pause(n - 1)):
+			case <-time.After(retry.pause(n - 1)):
 			}
 		}
 		var client *ssh.Client
 		client, err = c.dial(ctx)
 		if err == nil {
-			c.client = client
+			c.link = newLink(client, c.d.KeepAlive)
+			c.silence = nil
 			return nil
 		}
 		c.log().Debug("ssh connect failed", "host", c.t.Name, "addr", c.t.Addr, "attempt", n, "err", err)
-		if c.d.Retry.OnRetry != nil && n < attempts {
-			c.d.Retry.OnRetry(n, err)
+		if retry.OnRetry != nil && n < attempts {
+			retry.OnRetry(n, err)
 		}
 		var hk *HostKeyError
 		if errors.As(err, &hk) {
@@ -202,11 +302,14 @@ func (c *Conn) reconnect(ctx context.Context) error {
 func (c *Conn) dial(ctx context.Context) (*ssh.Client, error) {
 	timeout := c.d.Timeout
 	if timeout == 0 {
-		timeout = 15 * time.Second
+		timeout = DefaultConnectTimeout
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	nc, err := (&net.Dialer{KeepAlive: 15 * time.Second}).DialContext(dctx, "tcp", c.t.Addr)
+	// TCP's own keepalive covers an idle link; TCP_USER_TIMEOUT one
+	// with data in flight, which TCP otherwise retransmits for minutes.
+	nd := &net.Dialer{KeepAlive: 15 * time.Second, Control: userTimeout(c.d.KeepAlive.UserTimeout())}
+	nc, err := nd.DialContext(dctx, "tcp", c.t.Addr)
 	if err != nil {
 		return nil, err
 	}
@@ -240,38 +343,40 @@ func (c *Conn) dial(ctx context.Context) (*ssh.Client, error) {
 	return ssh.NewClient(sc, chans, reqs), nil
 }
 
-func (c *Conn) current() *ssh.Client {
+func (c *Conn) current() *link {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.client
+	return c.link
 }
 
 // Close ends the connection.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.client == nil {
+	if c.link == nil {
 		return nil
 	}
-	err := c.client.Close()
-	c.client = nil
+	err := c.link.close()
+	c.link = nil
 	return err
 }
 
 // session opens a session, reconnecting once if the connection has dropped
 // (nothing has run yet, so this is always safe).
-func (c *Conn) session(ctx context.Context) (*ssh.Session, error) {
-	if cl := c.current(); cl != nil {
-		if s, err := cl.NewSession(); err == nil {
-			return s, nil
+func (c *Conn) session(ctx context.Context) (*ssh.Session, *link, error) {
+	if l := c.current(); l != nil {
+		if s, err := l.client.NewSession(); err == nil {
+			return s, l, nil
 		} else {
 			c.log().Debug("ssh session failed; reconnecting", "host", c.t.Name, "err", err)
 		}
 	}
 	if err := c.reconnect(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.current().NewSession()
+	l := c.current()
+	s, err := l.client.NewSession()
+	return s, l, err
 }
 
 // Run implements Runner. A read-only command is killed when ctx ends and
@@ -280,7 +385,10 @@ func (c *Conn) session(ctx context.Context) (*ssh.Session, error) {
 func (c *Conn) Run(ctx context.Context, cmd Cmd) (Result, error) {
 	res, err := c.run(ctx, cmd)
 	var lost *lostError
-	if errors.As(err, &lost) && cmd.ReadOnly && ctx.Err() == nil {
+	// A read-only command is tried again over a new connection when the
+	// old one broke (sshd restarted, a reset); not when the host went
+	// silent: the keepalives already waited for it.
+	if errors.As(err, &lost) && cmd.ReadOnly && ctx.Err() == nil && !lost.silent() {
 		c.log().Debug("connection lost during a read-only command; retrying", "host", c.t.Name, "cmd", c.redact(cmd.String()))
 		if rerr := c.reconnect(ctx); rerr != nil {
 			return res, rerr
@@ -288,15 +396,39 @@ func (c *Conn) Run(ctx context.Context, cmd Cmd) (Result, error) {
 		res, err = c.run(ctx, cmd)
 	}
 	if errors.As(err, &lost) {
-		return res, &UnreachableError{Host: c.t.Name, Addr: c.t.Addr, Attempts: 1, Err: fmt.Errorf("connection lost while running %s: %w", c.redact(cmd.Display()), lost.err)}
+		return res, &DroppedError{Host: c.t.Name, Addr: c.t.Addr, Cmd: c.redact(cmd.Display()), Ran: lost.ran,
+			MayBeHalfDone: !cmd.ReadOnly, Err: lost.cause()}
 	}
 	return res, err
 }
 
 // lostError is a connection that dropped while a command ran.
-type lostError struct{ err error }
+type lostError struct {
+	err  error
+	ran  time.Duration
+	link *link
+	why  error // cause's answer, once asked
+}
 
 func (e *lostError) Error() string { return e.err.Error() }
+
+// silent reports whether the connection went because the host stopped
+// answering.
+func (e *lostError) silent() bool {
+	var na *NoAnswerError
+	return errors.As(e.cause(), &na)
+}
+
+// cause is why the connection went (link.why).
+func (e *lostError) cause() error {
+	if e.why == nil {
+		e.why = e.err
+		if e.link != nil {
+			e.why = e.link.why(e.err)
+		}
+	}
+	return e.why
+}
 
 func (c *Conn) redact(s string) string { return c.d.Redactor.String(s) }
 
@@ -324,10 +456,11 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 		ctx = context.WithoutCancel(ctx)
 	}
 	start := time.Now()
-	s, err := c.session(ctx)
+	s, l, err := c.session(ctx)
 	if err != nil {
 		return Result{}, err
 	}
+	lost := func(err error) *lostError { return &lostError{err: err, ran: time.Since(start), link: l} }
 	defer s.Close()
 	var stdout, stderr bytes.Buffer
 	s.Stdout, s.Stderr = &stdout, &stderr
@@ -335,13 +468,13 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 	switch {
 	case watched:
 		if keepOpen, err = s.StdinPipe(); err != nil {
-			return Result{}, &lostError{err}
+			return Result{}, lost(err)
 		}
 	case cmd.Stdin != nil:
 		s.Stdin = bytes.NewReader(cmd.Stdin)
 	}
 	if err := s.Start(line); err != nil {
-		return Result{}, &lostError{err}
+		return Result{}, lost(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Wait() }()
@@ -369,9 +502,9 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 	case errors.As(err, &ee):
 		res.ExitCode = ee.ExitStatus()
 	case errors.As(err, &missing), errors.Is(err, io.EOF):
-		return res, &lostError{err}
+		return res, lost(err)
 	default:
-		return res, &lostError{err}
+		return res, lost(err)
 	}
 	c.log().Debug("ran", "host", c.t.Name, "cmd", c.redact(cmd.String()), "sudo", cmd.Sudo, "exit", res.ExitCode,
 		"ms", time.Since(start).Milliseconds(), "stderr", c.redact(tail(string(res.Stderr), 5)))
@@ -398,12 +531,12 @@ func (c *Conn) WriteFile(ctx context.Context, f File) (bool, error) {
 // DialContext implements Host: it opens a TCP connection from the host's
 // side, so a remote port need not be reachable from the laptop.
 func (c *Conn) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	cl := c.current()
-	if cl == nil {
+	l := c.current()
+	if l == nil {
 		if err := c.reconnect(ctx); err != nil {
 			return nil, err
 		}
-		cl = c.current()
+		l = c.current()
 	}
-	return cl.DialContext(ctx, network, addr)
+	return l.client.DialContext(ctx, network, addr)
 }

@@ -25,6 +25,14 @@ func providersAt(core, infra string) string {
 
 // adminKubectl runs the lab's kubectl on the laptop with the admin
 // kubeconfig mgmtctl wrote.
+// operatorLog is what the cluster-api-operator's container logged, read
+// as the seed reads it: kubectl logs, through the API server and the
+// lab's kubelet.
+func (e *env) operatorLog() string {
+	e.t.Helper()
+	return e.adminKubectl("-n", "capi-operator-system", "logs", "deploy/cluster-api-operator").Stdout
+}
+
 func (e *env) adminKubectl(args ...string) labtest.Result {
 	e.t.Helper()
 	kc := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
@@ -162,7 +170,7 @@ func TestFullRun(t *testing.T) {
 	}
 	// In the operator's own log: the core provider's upgrade finished
 	// before the infrastructure provider's began.
-	log := e.operatorLog(110)
+	log := e.operatorLog()
 	coreDone := strings.Index(log, `"Provider successfully upgraded" controller="coreprovider"`)
 	infraSeen := strings.Index(log, `"Version changes detected, updating existing components" controller="infrastructureprovider"`)
 	if coreDone < 0 || infraSeen < 0 || infraSeen < coreDone {

@@ -123,6 +123,26 @@ func TestHA(t *testing.T) {
 		t.Fatalf("the API does not answer at the VIP after %s stopped", holder)
 	}
 	t.Logf("API back at the VIP %s after %s stopped", back.Round(100*time.Millisecond), holder)
+	// Upstream's controllers on the servers left: the controller
+	// manager's Lease is held by a running server, whose node lifecycle
+	// controller marks the stopped server's Node NotReady once its kubelet
+	// has been silent for the grace period (50 s).
+	var notReady time.Duration
+	for time.Since(stopped) < 3*time.Minute {
+		r := e.viaVIP("get", "node", holder, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if r.Stdout == "Unknown" {
+			notReady = time.Since(stopped)
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if notReady == 0 {
+		t.Errorf("the Node of the stopped server %s is not NotReady after 3 minutes", holder)
+	}
+	t.Logf("Node %s NotReady %s after it stopped", holder, notReady.Round(time.Second))
+	if r := e.viaVIP("-n", "kube-system", "get", "lease", "kube-controller-manager", "-o", "jsonpath={.spec.holderIdentity}"); r.Code != 0 || strings.HasPrefix(r.Stdout, holder+"_") {
+		t.Errorf("the controller manager's Lease with %s stopped: %+v", holder, r)
+	}
 	rep, code, out = e.status()
 	if code != 1 || !strings.Contains(rep.unhealthy(), "vm/start-vm") || !strings.Contains(out, fmt.Sprintf("start VM %d (%s)", lab.VMID+i, holder)) ||
 		!strings.Contains(out, "degraded, 2/3 members healthy, quorum kept; "+holder+": ") {
@@ -184,9 +204,7 @@ func stepOrder(t *testing.T, out, phase string) []string {
 	t.Helper()
 	var order []string
 	for _, line := range strings.Split(out, "\n") {
-		var ev struct {
-			Event, Phase, Step, Host, Outcome string
-		}
+		var ev runEvent
 		if json.Unmarshal([]byte(line), &ev) != nil || ev.Phase != phase || ev.Event != "step" {
 			continue
 		}

@@ -209,3 +209,31 @@ func TestKubeconfigAndInspector(t *testing.T) {
 		t.Error("the inspector token was re-minted while still fresh")
 	}
 }
+
+// TestConfigTypoGuardFires: the suite's check for skipped config.yaml
+// keys (run after every test) catches a typo. One is planted in the VM's
+// config.yaml by hand, as a bad line mgmtctl wrote would be; k3s, on its
+// restart, logs its warning and the check names it. mgmtctl then puts
+// its own config.yaml back.
+func TestConfigTypoGuardFires(t *testing.T) {
+	e := start(t)
+	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
+	if got := e.skippedConfigKeys(); len(got) != 0 {
+		t.Fatalf("skipped keys before the plant: %q", got)
+	}
+	e.planted = append(e.planted, "tls-sans")
+	if r := e.vmSSH("echo 'tls-sans: [192.0.2.99]' | sudo tee -a /etc/rancher/k3s/config.yaml >/dev/null && sudo systemctl restart k3s"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	planted := *e
+	planted.planted = nil // the check as every test runs it
+	got := planted.skippedConfigKeys()
+	if len(got) != 1 || !strings.Contains(got[0], `level=warning msg="Unknown flag --tls-sans found in config.yaml, skipping"`) {
+		t.Errorf("the check found %q, want k3s's warning for the planted key", got)
+	}
+	r := e.apply("--tags", "k3s")
+	mustSucceed(t, r, "apply over the planted key")
+	if !strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/config") {
+		t.Errorf("config.yaml not put back:\n%s", r.Stdout)
+	}
+}

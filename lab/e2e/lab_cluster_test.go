@@ -65,7 +65,7 @@ func helmChart(name, repo, chart, version, ns, values string) string {
 const jetstack, capiOperatorRepo = "https://charts.jetstack.io", "https://kubernetes-sigs.github.io/cluster-api-operator"
 
 // TestLabChartsAndOperator checks the lab's helm-controller and
-// cluster-api-operator against upstream-facts §3 and §4 with kubectl
+// cluster-api-operator against docs/upstream.md §3 and §4 with kubectl
 // alone: Jobs that fail (a repository that is not one, the helm-fail
 // fault, a chart that needs cert-manager first, providers in the chart's
 // values), install and upgrade with their release Secrets, and the
@@ -218,16 +218,21 @@ func TestLabChartsAndOperator(t *testing.T) {
 	if got := e.jsonpath("infrastructureprovider/proxmox", "capmox-system", `{.spec.configSecret.namespace}`); got != "capmox-system" {
 		t.Errorf("configSecret.namespace not defaulted by the webhook: %q", got)
 	}
-	// CAPMOX's manager exits on the refused credentials: its Deployment
-	// says why; the operator's Ready is False (its reason the first it
+	// CAPMOX's manager exits on the refused credentials: its pod
+	// crash-loops and its last words say why; its Deployment is not
+	// Available; the operator's Ready is False (its reason the first it
 	// saw: healthcheck_controller.go matches by status alone).
 	e.waitJSONPath("deployment/capmox-controller-manager", "capmox-system", `{.status.conditions[?(@.type=="Available")].reason}`, "MinimumReplicasUnavailable")
-	if got := e.jsonpath("deployment/capmox-controller-manager", "capmox-system", `{.status.conditions[?(@.type=="Available")].message}`); !strings.Contains(got, "401") {
+	crashing := `{.items[0].status.containerStatuses[0].state.waiting.reason}`
+	for deadline := time.Now().Add(90 * time.Second); e.jsonpath("pods", "capmox-system", crashing) != "CrashLoopBackOff"; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("CAPMOX's pod is not in CrashLoopBackOff: %s", e.adminKubectl("get", "pods", "-n", "capmox-system", "-o", "yaml").Stdout)
+		}
+	}
+	if got := e.jsonpath("pods", "capmox-system", `{.items[0].status.containerStatuses[0].lastState.terminated.message}`); !strings.Contains(got, "401") {
 		t.Errorf("refused credentials: %q", got)
 	}
-	if got := e.jsonpath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].status}`); got != "False" {
-		t.Errorf("refused credentials: Ready %q", got)
-	}
+	e.waitJSONPath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].status}`, "False")
 	creds("right", e.secret())
 	e.kubectlApply("capmox", provider("InfrastructureProvider", "proxmox", "capmox-system", "  version: v0.9.1\n  configSecret:\n    name: right\n"))
 	e.waitJSONPath("infrastructureprovider/proxmox", "capmox-system", `{.status.conditions[?(@.type=="Ready")].status}`, "True")
@@ -251,8 +256,10 @@ func TestLabChartsAndOperator(t *testing.T) {
 	// status alone: Ready is False, its reason whichever it saw first
 	// (healthcheck_controller.go skips a condition whose status matches).
 	e.waitJSONPath("deployment/capi-kubeadm-bootstrap-controller-manager", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Available")].reason}`, "MinimumReplicasUnavailable")
-	if got := e.jsonpath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Ready")].status}`); got != "False" {
-		t.Errorf("never ready: Ready %q", got)
+	e.waitJSONPath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Ready")].status}`, "False")
+	// The pod runs, not ready (its readiness held down), never restarted.
+	if got := e.jsonpath("pods", "kubeadm-bootstrap", `{.items[0].status.phase} {.items[0].status.containerStatuses[0].ready} {.items[0].status.containerStatuses[0].restartCount}`); got != "Running false 0" {
+		t.Errorf("never ready: pod %q", got)
 	}
 	// Once the cause is gone, the restarted container comes up.
 	if err := e.SetFault("provider-never-ready", "", false); err != nil {

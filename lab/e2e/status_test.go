@@ -109,6 +109,7 @@ func TestStatus(t *testing.T) {
 	// Deployment says why.
 	for _, want := range []string{"InfrastructureProvider capmox-system/proxmox not Ready at v0.9.0 after 15s", "conditions:",
 		"  Ready=False ", "provider Deployment capmox-system/capmox-controller-manager: 0/1 available, Available=False (MinimumReplicasUnavailable: ",
+		"\n  pod capmox-controller-manager-", ": Running, not ready",
 		"operator Deployment capi-operator-system/cluster-api-operator: 1/1 available"} {
 		if !strings.Contains(r.Stderr, want) {
 			t.Errorf("diagnosis lacks %q:\n%s", want, r.Stderr)

@@ -20,19 +20,6 @@ func (e *env) clusterctl(vars []string, args ...string) labtest.Result {
 	return e.Run("", append(append(argv, labtest.Clusterctl(e.t)), args...)...)
 }
 
-// operatorLog is what the cluster-api-operator's pod logged, as the
-// lab's kubelet keeps it on the server (/var/log/pods).
-func (e *env) operatorLog(vmid int) string {
-	e.t.Helper()
-	logs, _ := filepath.Glob(filepath.Join(e.VMDisk(vmid), "upper/var/log/pods/capi-operator-system_*/manager/0.log"))
-	var b strings.Builder
-	for _, p := range logs {
-		data, _ := os.ReadFile(p)
-		b.Write(data)
-	}
-	return b.String()
-}
-
 // The variables cluster-template.yaml of CAPMOX v0.9 requires
 // (clusterctl generate cluster --list-variables).
 var capmoxTemplateVars = []string{
@@ -68,11 +55,47 @@ func TestVerification(t *testing.T) {
 	if r.Code != 0 || r.Stdout != "cluster-api control-plane-kubeadm bootstrap-kubeadm infrastructure-proxmox ipam-in-cluster " {
 		t.Errorf("provider CRDs: %q %s", r.Stdout, r.Stderr)
 	}
-	log := e.operatorLog(110)
-	for _, s := range []string{`"starting manager" logger="setup"`, `"Provider successfully installed"`, `CoreProvider="capi-system/cluster-api"`} {
-		if !strings.Contains(log, s) {
-			t.Errorf("the operator's log has no %s:\n%.3000s", s, log)
+	// kubectl get pods -A, as the seed's verification runs it: upstream's
+	// controllers made each Deployment's ReplicaSet and Pod, the
+	// scheduler bound them, the lab's kubelet runs them.
+	r = e.adminKubectl("get", "pods", "-A")
+	running := map[string]int{}
+	for _, l := range strings.Split(r.Stdout, "\n")[1:] {
+		if f := strings.Fields(l); len(f) >= 4 && f[2] == "1/1" && f[3] == "Running" {
+			running[f[0]]++
 		}
+	}
+	for ns, n := range map[string]int{"cert-manager": 3, "capi-operator-system": 1, "capi-system": 1, "capi-kubeadm-bootstrap-system": 1,
+		"capi-kubeadm-control-plane-system": 1, "capmox-system": 1, "capi-ipam-in-cluster-system": 1} {
+		if running[ns] != n {
+			t.Errorf("kubectl get pods -A: %d of %s's pods Running 1/1, want %d:\n%s%s", running[ns], ns, n, r.Stdout, r.Stderr)
+		}
+	}
+	if r := e.adminKubectl("get", "replicasets", "-n", "capi-system", "-o", "jsonpath={.items[*].status.readyReplicas}"); r.Stdout != "1" {
+		t.Errorf("kubectl get replicasets: %+v", r)
+	}
+	if r := e.adminKubectl("-n", "kube-system", "get", "lease", "kube-controller-manager", "kube-scheduler", "-o", "jsonpath={.items[*].spec.holderIdentity}"); !strings.HasPrefix(r.Stdout, "lab-mgmt_") {
+		t.Errorf("the controller manager's and scheduler's leases: %+v", r)
+	}
+	if r := e.adminKubectl("get", "nodes", "-o", "wide"); r.Code != 0 || !strings.Contains(r.Stdout, "lab-mgmt   Ready    control-plane,etcd") && !strings.Contains(r.Stdout, "lab-mgmt   Ready    control-plane,master") {
+		t.Errorf("kubectl get nodes -o wide:\n%s%s", r.Stdout, r.Stderr)
+	}
+	// The operator's own log lines, through the API server and the
+	// kubelet's API, as the seed's verification reads them.
+	r = e.adminKubectl("-n", "capi-operator-system", "logs", "deploy/cluster-api-operator")
+	for _, s := range []string{`"starting manager" logger="setup"`, `"Provider successfully installed"`, `CoreProvider="capi-system/cluster-api"`} {
+		if !strings.Contains(r.Stdout, s) {
+			t.Errorf("kubectl logs deploy/cluster-api-operator has no %s:\n%.3000s%s", s, r.Stdout, r.Stderr)
+		}
+	}
+	// --tail and -f: the last line, then what follows (kubectl's
+	// follow ends only with the container or the client: timeout ends it).
+	if r := e.adminKubectl("-n", "capi-operator-system", "logs", "deploy/cluster-api-operator", "--tail=1"); strings.Count(r.Stdout, "\n") != 1 {
+		t.Errorf("kubectl logs --tail=1: %+v", r)
+	}
+	kc := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
+	if r := e.Run("", "timeout", "5", labtest.Kubectl(t), "--kubeconfig", kc, "-n", "capi-operator-system", "logs", "-f", "--tail=2", "deploy/cluster-api-operator"); r.Code != 124 || strings.Count(r.Stdout, "\n") < 2 {
+		t.Errorf("kubectl logs -f: want it still following after 5 s with 2 lines or more: %+v", r)
 	}
 
 	// clusterctl, as the seed's verification runs it.

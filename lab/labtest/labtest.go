@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/lab/internal/fixtures"
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
@@ -31,10 +32,11 @@ var (
 const KubectlLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
 
 // Versions of upstream's binaries the lab builds from lab/upstream (as
-// the Makefile does).
-const (
-	OperatorVersion   = "v0.28.0"
-	ClusterctlVersion = "v1.12.10"
+// hack/build.sh does): the module versions lab/upstream/go.mod requires,
+// which the lab's CRDs are taken at too.
+var (
+	OperatorVersion   = fixtures.Operator.Version
+	ClusterctlVersion = fixtures.ClusterAPI.Version
 )
 
 // Kubectl is the path of the lab's kubectl (built with Binary).

@@ -61,7 +61,6 @@ func cli(args []string) int {
 	hostName := fs.String("host", "", "exec: run on this host (pve, mirror, vm110) instead of the laptop")
 	spec := fs.String("spec", "", "agent: host spec file")
 	off := fs.Bool("off", false, "fault: turn the fault off")
-	crds := fs.String("crds", "", "up: upstream CRD fixtures (default: shared/fixtures/crds beside the repository)")
 	nodes := fs.Int("nodes", 1, "up: Proxmox nodes (1: \"pve\"; more: a cluster pve1..pveN)")
 	if err := fs.Parse(rest); err != nil {
 		return 2
@@ -84,16 +83,12 @@ func cli(args []string) int {
 	}
 	switch cmd {
 	case "up":
-		dir := *crds
-		if dir == "" {
-			dir = findCRDs()
-		}
 		if *nodes < 1 || *nodes > 9 {
 			fmt.Fprintln(os.Stderr, "labsim: --nodes must be 1 to 9")
 			return 2
 		}
 		l.NodeCount = *nodes
-		err = l.Up(os.Stdout, dir)
+		err = l.Up(os.Stdout)
 	case "down":
 		err = l.Down(os.Stdout)
 	case "status":
@@ -124,28 +119,6 @@ func cli(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// findCRDs looks for shared/fixtures/crds beside the repository the
-// binary was built in or run from (the layout of a clone and of CI).
-func findCRDs() string {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, s := range starts {
-		for d := s; d != "/"; d = filepath.Dir(d) {
-			for _, c := range []string{filepath.Join(d, "shared/fixtures/crds"), filepath.Join(d, "../shared/fixtures/crds")} {
-				if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-					return c
-				}
-			}
-		}
-	}
-	return "shared/fixtures/crds"
 }
 
 func runAgent(specPath string) int {

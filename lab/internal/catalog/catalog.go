@@ -20,7 +20,7 @@ type Chart struct {
 	AppVersion func(v string) string
 }
 
-// Charts are the charts the lab's repositories hold (upstream-facts 4.6, 5):
+// Charts are the charts the lab's repositories hold (docs/upstream.md §4.6, §5):
 // cert-manager's versions carry a leading v, the operator's do not.
 var Charts = []Chart{
 	{Repo: "https://charts.jetstack.io", Name: "cert-manager", Versions: []string{"v1.21.1", "v1.21.2"},
@@ -44,18 +44,18 @@ type Provider struct {
 	Versions   []string
 	// Namespace is where upstream's kustomize puts the components.
 	Namespace string
-	// Deployment is the controller's Deployment (upstream-facts 4.7), and
+	// Deployment is the controller's Deployment (docs/upstream.md §4.7), and
 	// Prefix the kustomize namePrefix of the rest (ServiceAccount, RBAC).
 	Deployment, Prefix string
 	Image              string
-	// CRDs are the fixture files (shared/fixtures/crds/<dir>/) the
-	// components carry: a glob per entry.
+	// CRDs are the CRD files (crds/<set>/ as fixtures.Lay lays them
+	// out) the components carry: a glob per entry.
 	CRDs []string
-	// Metadata is the release's metadata.yaml, a fixture under
-	// shared/fixtures/providers/.
+	// Metadata is the release's metadata.yaml, under providers/ as
+	// fixtures.Lay lays it out.
 	Metadata string
-	// Templates are further release assets, fixtures under
-	// shared/fixtures/providers/ served under their base name
+	// Templates are further release assets, under providers/,
+	// served under their base name
 	// (cluster-template.yaml for clusterctl generate cluster).
 	Templates []string
 	// Variables the components need, filled from the configSecret.

@@ -195,7 +195,7 @@ func (c *Controller) recordRelease(ctx context.Context, release string, s Spec, 
 }
 
 // fullname is the charts' fullname helper: the release name if it
-// contains the chart's name, else <release>-<chart> (upstream-facts 4.6, 5).
+// contains the chart's name, else <release>-<chart> (docs/upstream.md §4.6, §5).
 func fullname(release, chart string) string {
 	if strings.Contains(release, chart) {
 		return release
@@ -228,7 +228,7 @@ func truthy(m map[string]any, path ...string) (bool, bool) {
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// certManager renders the cert-manager chart (upstream-facts 5).
+// certManager renders the cert-manager chart (docs/upstream.md §5).
 func (c *Controller) certManager(ctx context.Context, release string, s Spec, values map[string]any, _ bool) error {
 	crdsEnabled, _ := truthy(values, "crds", "enabled")
 	installCRDs, _ := truthy(values, "installCRDs")
@@ -265,14 +265,14 @@ func (c *Controller) certManager(ctx context.Context, release string, s Spec, va
 			name = "cert-manager-" + name
 		}
 		if err := simkube.ApplyDeployment(ctx, c.CS, simkube.Deployment{Namespace: s.TargetNamespace, Name: fn + d.suffix,
-			Labels: helmLabels(release, name, d.component, s.Version), Image: d.image + ":" + s.Version}, simkube.Availability{Available: true}); err != nil {
+			Labels: helmLabels(release, name, d.component, s.Version), Image: d.image + ":" + s.Version}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// operator renders the cluster-api-operator chart (upstream-facts 4.6):
+// operator renders the cluster-api-operator chart (docs/upstream.md §4.6):
 // its CRDs (the real ones, kept on uninstall), the operator Deployment,
 // and the Certificate and Issuer that need cert-manager first.
 func (c *Controller) operator(ctx context.Context, release string, s Spec, values map[string]any, upgrade bool) error {
@@ -284,6 +284,11 @@ func (c *Controller) operator(ctx context.Context, release string, s Spec, value
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("unable to build kubernetes objects from release manifest: [%s]", strings.Join(missing, ", "))
+	}
+	// Helm refuses to take over an object another release owns, before
+	// it creates any object of this one.
+	if err := c.webhookOwnership(ctx, release); err != nil {
+		return err
 	}
 	// config/chart/patches/keep-crds.yaml, and Helm's ownership marks.
 	if err := c.applyFixtureCRDs(ctx, "cluster-api-operator", map[string]string{"helm.sh/resource-policy": "keep",
@@ -298,7 +303,7 @@ func (c *Controller) operator(ctx context.Context, release string, s Spec, value
 	labels := helmLabels(release, "cluster-api-operator", "manager", version)
 	labels["control-plane"] = "controller-manager"
 	labels["clusterctl.cluster.x-k8s.io/core"] = "capi-operator"
-	if err := simkube.ApplyDeployment(ctx, c.CS, operatorDeployment(release, s.TargetNamespace, fn, version, labels), simkube.Availability{}); err != nil {
+	if err := simkube.ApplyDeployment(ctx, c.CS, operatorDeployment(release, s.TargetNamespace, fn, version, labels)); err != nil {
 		return err
 	}
 	if err := c.operatorWebhooks(ctx, release, s.TargetNamespace); err != nil {
@@ -392,7 +397,7 @@ func operatorDeployment(release, ns, name, version string, labels map[string]str
 		}},
 		Volumes: []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: WebhookCertSecret, DefaultMode: &mode}}}},
 	}
-	return simkube.Deployment{Namespace: ns, Name: name, Labels: labels, Image: image, Pod: pod, Selector: sel, ByKubelet: true}
+	return simkube.Deployment{Namespace: ns, Name: name, Labels: labels, Image: image, Pod: pod, Selector: sel}
 }
 
 // operatorRBAC is the chart's ServiceAccount and RBAC for the manager

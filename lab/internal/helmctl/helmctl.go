@@ -1,11 +1,12 @@
 // Package helmctl is the lab's helm-controller, the one k3s embeds
-// (upstream-facts 3): for each HelmChart it runs the helm-install-<name>
+// (docs/upstream.md §3): for each HelmChart it runs the helm-install-<name>
 // Job in the chart's namespace, and the Job does what klipper-helm's entry
 // script does: resolve repo, chart and version against the repository's
-// index (the lab's mirror), then install or upgrade the release. Since the
-// lab has no kubelet, "running the Job" is done here: its Pod is created,
-// its container's outcome written as the kubelet would, and the Job's
-// status as the Job controller would.
+// index (the lab's mirror), then install or upgrade the release. Until the
+// lab runs upstream's helm-controller and klipper-helm (issue #31, with
+// the controller manager's Job controller off meanwhile), "running the
+// Job" is done here: its Pod is created, its container's outcome written
+// as the kubelet would, and the Job's status as the Job controller would.
 package helmctl
 
 import (
@@ -105,7 +106,7 @@ func specOf(u *unstructured.Unstructured) (Spec, string) {
 		s.TargetNamespace = u.GetNamespace()
 	}
 	// The config hash covers the whole spec, so any change replaces the
-	// Job (upstream-facts 3.4).
+	// Job (docs/upstream.md §3.4).
 	sum := sha256.Sum256(b)
 	return s, "SHA256=" + strings.ToUpper(hex.EncodeToString(sum[:]))
 }
@@ -241,7 +242,7 @@ func (c *Controller) deletePods(ctx context.Context, ns, jobName string) error {
 }
 
 // createJob makes the Job and what it runs with: ServiceAccount,
-// cluster-admin binding, values Secret (upstream-facts 3.3).
+// cluster-admin binding, values Secret (docs/upstream.md §3.3).
 func (c *Controller) createJob(ctx context.Context, hc *unstructured.Unstructured, s Spec, hash string) (*batchv1.Job, error) {
 	ns, name := hc.GetNamespace(), hc.GetName()
 	owner := metav1.OwnerReference{APIVersion: "helm.cattle.io/v1", Kind: "HelmChart", Name: name, UID: hc.GetUID()}

@@ -12,7 +12,7 @@ import (
 )
 
 // Names the operator chart gives its webhook objects (kustomize namePrefix
-// capi-operator-, upstream-facts 4.6).
+// capi-operator-, docs/upstream.md §4.6).
 const (
 	WebhookService    = "capi-operator-webhook-service"
 	WebhookCertSecret = "capi-operator-webhook-service-cert"
@@ -27,6 +27,20 @@ var operatorKinds = []string{"coreprovider", "bootstrapprovider", "controlplanep
 // WebhookPath is controller-runtime's path for a kind's webhook.
 func WebhookPath(verb, kind string) string {
 	return fmt.Sprintf("/%s-operator-cluster-x-k8s-io-v1alpha2-%s", verb, kind)
+}
+
+// webhookOwnership is Helm's check, before it creates anything of a
+// release, that no object of the release exists owned by another: the
+// cluster-wide webhook configurations of a second operator release are.
+func (c *Controller) webhookOwnership(ctx context.Context, release string) error {
+	cur, err := c.CS.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "capi-operator-validating-webhook-configuration", metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	if owner := cur.Annotations["meta.helm.sh/release-name"]; owner != release {
+		return fmt.Errorf("rendered manifests contain a resource that already exists. Unable to continue with install: ValidatingWebhookConfiguration %q in namespace \"\" exists and cannot be imported into the current release: invalid ownership metadata; annotation validation error: key \"meta.helm.sh/release-name\" must equal %q: current value is %q", cur.Name, release, owner)
+	}
+	return nil
 }
 
 // operatorWebhooks installs what the chart does for the operator's
@@ -61,15 +75,9 @@ func (c *Controller) operatorWebhooks(ctx context.Context, release, ns string) e
 	} else if err != nil {
 		return err
 	}
-	// Helm refuses to take over an object another release owns.
 	regs := c.CS.AdmissionregistrationV1()
 	helmMeta := metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm"},
 		Annotations: map[string]string{"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": ns}}
-	if cur, err := regs.ValidatingWebhookConfigurations().Get(ctx, "capi-operator-validating-webhook-configuration", metav1.GetOptions{}); err == nil {
-		if owner := cur.Annotations["meta.helm.sh/release-name"]; owner != release {
-			return fmt.Errorf("rendered manifests contain a resource that already exists. Unable to continue with install: ValidatingWebhookConfiguration %q in namespace \"\" exists and cannot be imported into the current release: invalid ownership metadata; annotation validation error: key \"meta.helm.sh/release-name\" must equal %q: current value is %q", cur.Name, release, owner)
-		}
-	}
 	fail, none := admv1.Fail, admv1.SideEffectClassNone
 	var validating []admv1.ValidatingWebhook
 	var mutating []admv1.MutatingWebhook

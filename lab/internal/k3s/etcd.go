@@ -20,6 +20,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
@@ -109,7 +110,8 @@ func writeToken(token string) error {
 // bootstrapFiles are the CA material k3s keeps in the datastore as
 // bootstrap data, so a server restored elsewhere gets the cluster's CAs
 // back (docs.k3s.io cli/etcd-snapshot, "Restoring To New Hosts").
-var bootstrapFiles = []string{"server-ca/ca.crt", "server-ca/ca.key", "client-ca/ca.crt", "client-ca/ca.key", "webhook-ca/ca.crt", "webhook-ca/ca.key", "service.key"}
+var bootstrapFiles = []string{"server-ca/ca.crt", "server-ca/ca.key", "client-ca/ca.crt", "client-ca/ca.key", "webhook-ca/ca.crt", "webhook-ca/ca.key",
+	"request-header-ca/ca.crt", "request-header-ca/ca.key", "service.key"}
 
 func bootstrapKey(token string) string {
 	h := sha256.Sum256([]byte(password(token)))
@@ -399,6 +401,40 @@ func firstOf(ss ...string) string {
 	return ""
 }
 
+// promote makes this server's etcd member, a learner since it joined, a
+// voting member once it has caught up with the leader (etcd refuses
+// before: "can only promote a learner member which is in sync with
+// leader"), as k3s's learner manager does.
+func promote(ctx context.Context, e *embed.Etcd, log io.Writer) error {
+	if !e.Server.IsLearner() {
+		return nil
+	}
+	id := uint64(e.Server.MemberID())
+	var eps []string
+	for _, m := range e.Server.Cluster().Members() {
+		if uint64(m.ID) != id {
+			eps = append(eps, m.ClientURLs...)
+		}
+	}
+	cl, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for wait := 200 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		_, err := cl.MemberPromote(ctx, id)
+		if err == nil {
+			logf(log, "Promoted etcd member %s to voter", e.Config().Name)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("promote etcd member %s: %w", e.Config().Name, err)
+		case <-time.After(wait):
+		}
+	}
+}
+
 // joinCluster adds this server's etcd member to the cluster of the server
 // at serverURL and returns the initial-cluster string it starts with. The
 // token must be the cluster's: its bootstrap data is sealed with it. A
@@ -438,12 +474,16 @@ func joinCluster(ctx context.Context, serverURL, token string, given bool, me me
 			}
 		}
 	}
-	// etcd refuses a new voting member until the last one added is
-	// connected for a while (strict reconfig check: "unhealthy cluster");
-	// k3s retries the join until it is.
+	// The member joins as a learner, as k3s adds members (k3s
+	// pkg/etcd/etcd.go: MemberAddAsLearner, then its learner manager
+	// promotes it once in sync): a voting member added before it runs
+	// would take quorum from a cluster of one until it does, and the
+	// controllers' leases would lapse meanwhile. etcd refuses a new member
+	// until the last one added is connected for a while (strict reconfig
+	// check: "unhealthy cluster"); k3s retries the join until it is.
 	var added *clientv3.MemberAddResponse
 	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		added, err = cl.MemberAdd(ctx, []string{me.peerURL()})
+		added, err = cl.MemberAddAsLearner(ctx, []string{me.peerURL()})
 		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") {
 			break
 		}

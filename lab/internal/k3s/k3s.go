@@ -55,7 +55,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "--version", "-v", "version":
 		v := Version()
-		// upstream-facts 2.2: two lines, version with the commit's first 8
+		// docs/upstream.md §2.2: two lines, version with the commit's first 8
 		// hex digits, then the Go runtime version.
 		fmt.Fprintf(stdout, "k3s version %s (%s)\ngo version %s\n", v, commit(v), runtime.Version())
 		return 0

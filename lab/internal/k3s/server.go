@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,6 +36,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"sigs.k8s.io/yaml"
 
+	"github.com/mgmtctl/mgmtctl/lab/internal/controlplane"
 	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
 	"github.com/mgmtctl/mgmtctl/lab/internal/kubelet"
 	"github.com/mgmtctl/mgmtctl/lab/internal/kubevip"
@@ -43,13 +44,16 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
-// Paths k3s uses (upstream-facts 2.3-2.5).
+// Paths k3s uses (docs/upstream.md §2.3-2.5).
 const (
 	ConfigFile   = "/etc/rancher/k3s/config.yaml"
 	KubeConfig   = "/etc/rancher/k3s/k3s.yaml"
 	DataDir      = "/var/lib/rancher/k3s/server"
 	ManifestsDir = "/var/lib/rancher/k3s/server/manifests"
 	port         = "6443"
+	// k3s's default cluster (pod) and service CIDRs.
+	clusterCIDR = "10.42.0.0/16"
+	serviceCIDR = "10.43.0.0/16"
 )
 
 // Config is what k3s reads from config.yaml (CLI flag names without --).
@@ -64,6 +68,17 @@ type Config struct {
 	TokenFile           string   `json:"token-file"`
 	// Unknown are the keys k3s has no flag for, in file order.
 	Unknown []string `json:"-"`
+}
+
+// warnUnknown logs, as k3s's configfilearg parser does for a config.yaml
+// key that is no flag, one warning per key, and skips it: k3s
+// pkg/configfilearg/parser.go, FilterArgs: logrus.Warnf("Unknown flag %s
+// found in config.yaml, skipping\n", ...) with the flag as "--key"
+// (k3s-io/k3s #4509, #6756), in logrus's text format.
+func warnUnknown(log io.Writer, keys []string, now time.Time) {
+	for _, k := range keys {
+		fmt.Fprintf(log, "time=%q level=warning msg=%q\n", now.UTC().Format(time.RFC3339), "Unknown flag --"+k+" found in config.yaml, skipping")
+	}
 }
 
 // serverFlagNames are the flags of `k3s server` (docs.k3s.io
@@ -193,6 +208,15 @@ func SANs(hostname, ip string, extra []string) ([]string, []net.IP) {
 	return names, ips
 }
 
+// writeKeyPair writes dir/name.crt (0644) and dir/name.key (0600), as k3s
+// keeps its certificates.
+func writeKeyPair(dir, name string, cert, key []byte) error {
+	if err := writeFile(filepath.Join(dir, name+".crt"), cert, 0o644); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, name+".key"), key, 0o600)
+}
+
 func writeFile(p string, b []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
@@ -261,11 +285,7 @@ func Server(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// k3s's configfilearg parser skips a key that is no flag, with a
-	// warning (k3s pkg/configfilearg/parser.go; k3s-io/k3s #4509, #6756).
-	for _, k := range cfg.Unknown {
-		fmt.Fprintf(log, "time=%q level=warning msg=%q\n", time.Now().UTC().Format(time.RFC3339), "Unknown flag --"+k+" found in config.yaml, skipping")
-	}
+	warnUnknown(log, cfg.Unknown, time.Now())
 	logf(log, "Starting k3s %s (%s)", Version(), commit(Version()))
 	token, err := serverToken(flags.token, flags.tokenFile, cfg)
 	if err != nil {
@@ -300,6 +320,9 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 	defer etcd.Close()
+	if err := promote(bctx, etcd, log); err != nil {
+		return err
+	}
 	found, err := loadBootstrap(bctx, token, tls, log)
 	if err != nil {
 		return err
@@ -314,6 +337,14 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 	webhookCA, err := pki.LoadOrCreate(filepath.Join(tls, "webhook-ca"))
+	if err != nil {
+		return err
+	}
+	// The front proxy's CA (k3s's request-header-ca): the API server
+	// publishes it in kube-system/extension-apiserver-authentication, where
+	// the controller manager and the scheduler read it to authenticate
+	// requests to their secure ports.
+	requestHeaderCA, err := pki.LoadOrCreate(filepath.Join(tls, "request-header-ca"))
 	if err != nil {
 		return err
 	}
@@ -338,13 +369,31 @@ func Server(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(tls, "serving-kube-apiserver.crt"), servCert, 0o644); err != nil {
-		return err
-	}
-	if err := writeFile(filepath.Join(tls, "serving-kube-apiserver.key"), servKey, 0o600); err != nil {
+	if err := writeKeyPair(tls, "serving-kube-apiserver", servCert, servKey); err != nil {
 		return err
 	}
 	adminCert, adminKey, err := adminClient(tls, clientCA)
+	if err != nil {
+		return err
+	}
+	// The API server's client certificate for the kubelets (user
+	// kube-apiserver, as k3s's client-kube-apiserver.crt), and this
+	// node's kubelet serving certificate (k3s's serving-kubelet.crt).
+	kubeletClientCert, kubeletClientKey, err := clientCA.IssueClient("kube-apiserver", nil)
+	if err != nil {
+		return err
+	}
+	if err := writeKeyPair(tls, "client-kube-apiserver", kubeletClientCert, kubeletClientKey); err != nil {
+		return err
+	}
+	proxyCert, proxyKey, err := requestHeaderCA.IssueClient("system:auth-proxy", nil)
+	if err != nil {
+		return err
+	}
+	if err := writeKeyPair(tls, "client-auth-proxy", proxyCert, proxyKey); err != nil {
+		return err
+	}
+	kubeletCert, kubeletKey, err := serverCA.Issue(hostname, []string{hostname, "localhost"}, []net.IP{net.ParseIP(ip), net.ParseIP("127.0.0.1")})
 	if err != nil {
 		return err
 	}
@@ -359,9 +408,21 @@ func Server(args []string, log io.Writer) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--api-audiences=https://kubernetes.default.svc.cluster.local,k3s",
 		"--authorization-mode=Node,RBAC", "--anonymous-auth=false",
-		"--service-cluster-ip-range=10.43.0.0/16", "--allow-privileged=true",
+		"--service-cluster-ip-range=" + serviceCIDR, "--allow-privileged=true",
 		"--enable-admission-plugins=NodeRestriction",
 		"--profiling=false", "--cert-dir=" + filepath.Join(tls, "temporary-certs"),
+		// How it reaches the kubelets (kubectl logs): k3s's flags.
+		"--kubelet-certificate-authority=" + filepath.Join(tls, "server-ca", "ca.crt"),
+		"--kubelet-client-certificate=" + filepath.Join(tls, "client-kube-apiserver.crt"),
+		"--kubelet-client-key=" + filepath.Join(tls, "client-kube-apiserver.key"),
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+		"--requestheader-client-ca-file=" + filepath.Join(tls, "request-header-ca", "ca.crt"),
+		"--requestheader-allowed-names=system:auth-proxy",
+		"--proxy-client-cert-file=" + filepath.Join(tls, "client-auth-proxy.crt"),
+		"--proxy-client-key-file=" + filepath.Join(tls, "client-auth-proxy.key"),
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-username-headers=X-Remote-User",
 		// No kube-proxy routes Service ClusterIPs here, so the API server
 		// reaches webhook Services through their EndpointSlices.
 		"--enable-aggregator-routing=true",
@@ -402,9 +463,29 @@ func Server(args []string, log io.Writer) error {
 	if err := applyCRD(ctx, dc, []byte(addonCRD)); err != nil {
 		logf(log, "apply Addon CRD: %v", err)
 	}
-	if err := registerNode(ctx, cs, hostname, ip, dir == etcdDir); err != nil {
-		return fmt.Errorf("register node: %w", err)
+	// k3s's agent in the same process: its kubelet registers the node
+	// and runs the pods bound to it.
+	kl := &kubelet.Kubelet{CS: cs, Node: hostname, IP: ip, Version: Version(), Etcd: dir == etcdDir, LabDir: labDir(), CA: serverCA.CertPEM, Log: log}
+	if err := kl.Register(ctx); err != nil {
+		return err
 	}
+	// k3s's rolebindings.yaml: the API server may use the kubelets' API.
+	if err := kubeletAPIAdmin(ctx, cs); err != nil {
+		return err
+	}
+	// Upstream's controller manager and scheduler, as k3s runs them
+	// (each leader-elected by its own Lease). They live as long as the
+	// process: a lost Lease ends it, as it ends k3s.
+	cp := controlplane.Config{DataDir: DataDir, APIServer: "https://127.0.0.1:" + port, ServerCA: serverCA, ClientCA: clientCA,
+		ServerCADir: filepath.Join(tls, "server-ca"), ClientCADir: filepath.Join(tls, "client-ca"), ServiceKey: saKey,
+		ServiceCIDR: serviceCIDR, ClusterCIDR: clusterCIDR, Log: log}
+	cpDone := make(chan error, 2)
+	go func() {
+		cpDone <- fmt.Errorf("kube-controller-manager exited: %w", controlplane.RunControllerManager(context.Background(), cp))
+	}()
+	go func() {
+		cpDone <- fmt.Errorf("kube-scheduler exited: %w", controlplane.RunScheduler(context.Background(), cp))
+	}()
 	_ = os.MkdirAll(ManifestsDir, 0o700)
 	dep, err := newDeployer(rc, cs, log)
 	if err != nil {
@@ -415,23 +496,25 @@ func Server(args []string, log io.Writer) error {
 	// follow in the background.
 	dep.scan(ctx)
 	go dep.run(ctx)
-	// k3s embeds helm-controller (upstream-facts 2.7); the operator runs
-	// only once its chart's Deployment is Available.
-	// With more servers, one runs them: the holder of a Lease, as
-	// helm-controller and the operator's manager elect their leader.
+	// k3s embeds helm-controller (docs/upstream.md §2.7). With more
+	// servers, one runs it: the holder of a Lease, as helm-controller
+	// elects its leader.
 	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log, WebhookCA: webhookCA}
-	// The operator's pod is upstream's operator, run here by the lab's
-	// kubelet; the providers' pods are stood in for.
-	op := &kubelet.Operator{CS: cs, LabDir: labDir(), Log: log, NodeIP: ip, CA: serverCA.CertPEM}
-	provs := &kubelet.Providers{CS: cs, LabDir: labDir(), Log: log}
-	go lead(ctx, cs, hostname, log, func(ctx context.Context) {
-		go hc.Run(ctx)
-		go provs.Run(ctx)
-		op.Run(ctx)
-	})
+	go lead(ctx, cs, hostname, log, hc.Run)
+	kubeletDone := make(chan struct{})
+	go func() {
+		defer close(kubeletDone)
+		kl.Run(ctx)
+	}()
+	clientPool := x509.NewCertPool()
+	clientPool.AddCert(clientCA.Cert)
+	go func() {
+		if err := kl.Serve(ctx, kubelet.Serving{Cert: kubeletCert, Key: kubeletKey, ClientCA: clientPool}); err != nil {
+			logf(log, "kubelet API: %v", err)
+		}
+	}()
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
-	go heartbeat(ctx, cs, hostname)
 	// kube-vip, when its DaemonSet is deployed: the lab runs its pod's
 	// work here, on this node.
 	vipDone := make(chan struct{})
@@ -447,15 +530,18 @@ func Server(args []string, log io.Writer) error {
 		// A stopping server gives the address up (its pod would be
 		// stopped with it), so the next holder is the only one.
 		cancel()
-		// The operator's pod stops with its server.
-		op.Stop()
-		select {
-		case <-vipDone:
-		case <-time.After(3 * time.Second):
+		// The pods' containers stop with their server.
+		for _, done := range []chan struct{}{vipDone, kubeletDone} {
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+			}
 		}
 		return nil
 	case code := <-apiDone:
 		return fmt.Errorf("kube-apiserver exited %d", code)
+	case err := <-cpDone:
+		return err
 	}
 }
 
@@ -592,7 +678,7 @@ func labDir() string {
 }
 
 // applyCRDs creates helm-controller's CRDs, which k3s embeds and applies at
-// start (upstream-facts: fixtures/crds/helm-controller).
+// start (helm-controller pkg/crds; fixtures.Lay puts them in crds/helm-controller).
 func applyCRDs(ctx context.Context, dc dynamic.Interface) error {
 	files, _ := filepath.Glob(filepath.Join(labDir(), "crds", "helm-controller", "*.yaml"))
 	sort.Strings(files)
@@ -622,67 +708,19 @@ func applyCRD(ctx context.Context, dc dynamic.Interface, b []byte) error {
 	return simkube.ApplyCRD(ctx, dc, &u, "k3s", 10*time.Second)
 }
 
-func readyConditions(now metav1.Time) []corev1.NodeCondition {
-	c := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
-		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+// kubeletAPIAdmin binds the API server's kubelet client (user
+// kube-apiserver) to system:kubelet-api-admin, as k3s's
+// manifests/rolebindings.yaml does (kube-apiserver-kubelet-admin).
+func kubeletAPIAdmin(ctx context.Context, cs kubernetes.Interface) error {
+	_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver-kubelet-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "kube-apiserver"}},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
 	}
-	return []corev1.NodeCondition{
-		c(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-		c(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-		c(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-		c(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
-	}
-}
-
-// registerNode does what the kubelet does: the Node object, then Ready.
-// A server with embedded etcd also carries the etcd role, as k3s labels it.
-func registerNode(ctx context.Context, cs *kubernetes.Clientset, name, ip string, etcd bool) error {
-	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		n, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-			"node-role.kubernetes.io/control-plane": "true", "node-role.kubernetes.io/master": "true",
-			"node.kubernetes.io/instance-type": "k3s",
-		}}}, metav1.CreateOptions{})
-	}
-	if err != nil {
-		return err
-	}
-	if etcd && n.Labels["node-role.kubernetes.io/etcd"] != "true" {
-		n.Labels["node-role.kubernetes.io/etcd"] = "true"
-		if n, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-	}
-	now := metav1.Now()
-	n.Status.Conditions = readyConditions(now)
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
-	n.Status.NodeInfo.KubeletVersion = Version()
-	n.Status.NodeInfo.KubeProxyVersion = Version()
-	n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = "linux", "amd64"
-	n.Status.NodeInfo.OSImage = "Ubuntu 24.04.3 LTS"
-	n.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.1.4-k3s1"
-	_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 	return err
-}
-
-func heartbeat(ctx context.Context, cs *kubernetes.Clientset, name string) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(20 * time.Second):
-		}
-		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			continue
-		}
-		now := metav1.Now()
-		for i := range n.Status.Conditions {
-			n.Status.Conditions[i].LastHeartbeatTime = now
-		}
-		_, _ = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-	}
 }
 
 // lead runs run while this server holds the lab's controllers Lease
@@ -692,7 +730,7 @@ func lead(ctx context.Context, cs *kubernetes.Clientset, id string, log io.Write
 	simkube.Lead(ctx, cs, simkube.Election{Namespace: "kube-system", Name: "k3s-lab-controllers", Identity: id,
 		Lease: 15 * time.Second, Renew: 10 * time.Second, Retry: 2 * time.Second},
 		func(ctx context.Context) {
-			logf(log, "%s leads helm-controller and the operator", id)
+			logf(log, "%s leads helm-controller", id)
 			run(ctx)
 		}, func() {})
 }
@@ -716,8 +754,5 @@ func adminClient(tls string, clientCA *pki.CA) (cert, key []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writeFile(certPath, cert, 0o644); err != nil {
-		return nil, nil, err
-	}
-	return cert, key, writeFile(keyPath, key, 0o600)
+	return cert, key, writeKeyPair(tls, "client-admin", cert, key)
 }

@@ -1,24 +1,25 @@
-// Package kubelet stands in for the kubelet (and the deployment
-// controller's status) for the pods of a management cluster, since the lab
-// has neither container runtime nor kubelet:
+// Package kubelet is the lab's kubelet, the one simulated part of k3s's
+// node (the lab has no container runtime): it registers its server's
+// Node, renews the node's Lease, posts its status, and runs the pods the
+// scheduler binds to it (kubelet.go, pods.go). What a pod's container does
+// is stood in for by its kind:
 //
-//   - the cluster-api-operator's pod is really run: upstream's operator
-//     binary (built from its Go module in lab/upstream) as a process on the
-//     server, with its container's args and env, the ServiceAccount's
-//     projected token and the cluster's CA where a pod finds them, the
-//     webhook certificate Secret where its volumeMount puts it; its
-//     readiness probe decides the Deployment's availability and its
-//     webhook Service's EndpointSlice, as the endpoint-slice controller
-//     would;
-//   - the providers' pods (their controllers cannot run here) start and
-//     become Available, except where a fault or CAPMOX's credentials check
-//     would keep them down (providers.go).
+//   - the cluster-api-operator's container is really run: upstream's
+//     operator binary (built from its Go module in lab/upstream) as a
+//     process on the server, with its container's args and env, the
+//     ServiceAccount's projected token and the cluster's CA where a pod
+//     finds them, the webhook certificate Secret where its volumeMount
+//     puts it; its readiness probe decides the container's readiness, and
+//     upstream's controllers take it from there (the Deployment's
+//     availability, the webhook Service's EndpointSlice);
+//   - a provider's manager (its controllers cannot run here) starts and is
+//     ready, except where a fault or CAPMOX's credentials check would keep
+//     it down (providers.go);
+//   - any other container starts and is ready.
 package kubelet
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,20 +29,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
-	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
 // Names the operator's chart gives its pod's pieces
@@ -56,34 +49,6 @@ const (
 	tokenTTL = 3607 * time.Second
 )
 
-// Operator runs the operator's pod on this server while it leads.
-type Operator struct {
-	CS kubernetes.Interface
-	// LabDir holds bin/cluster-api-operator-<version>, one per released
-	// image tag.
-	LabDir string
-	NodeIP string
-	// CA is the cluster's CA, the pod's ca.crt.
-	CA  []byte
-	Log io.Writer
-
-	mu      sync.Mutex
-	running *container
-	restart int // restarts since the pod template last changed
-	next    time.Time
-}
-
-// container is one run of the operator's process.
-type container struct {
-	key   string // the pod template it runs
-	cmd   *exec.Cmd
-	done  chan struct{}
-	ready bool
-	stop  context.CancelFunc
-}
-
-func (o *Operator) logf(format string, args ...any) { logf(o.Log, format, args...) }
-
 // logf writes a line to the server's log as k3s logs, from the kubelet.
 func logf(w io.Writer, format string, args ...any) {
 	if w != nil {
@@ -91,137 +56,105 @@ func logf(w io.Writer, format string, args ...any) {
 	}
 }
 
-// Run keeps the operator's pod running as its Deployment says until ctx
-// ends, then stops it.
-func (o *Operator) Run(ctx context.Context) {
-	defer o.kill()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		o.sync(ctx)
+// process is one run of the operator's container.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	stop context.CancelFunc
+}
+
+// kill stops the process and waits for it.
+func (p *process) kill() {
+	p.stop()
+	<-p.done
+}
+
+// runOperator starts the operator's container, notices its exit and
+// probes its readiness.
+func (k *Kubelet) runOperator(ctx context.Context, p *corev1.Pod, st *podState, now time.Time) {
+	if st.proc != nil {
 		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func (o *Operator) deployment(ctx context.Context) (*appsv1.Deployment, error) {
-	list, err := o.CS.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: OperatorSelector})
-	if err != nil {
-		return nil, err
-	}
-	if len(list.Items) == 0 {
-		return nil, nil
-	}
-	return &list.Items[0], nil
-}
-
-// key is what makes a new pod: the template's container, its env and
-// ServiceAccount.
-func key(d *appsv1.Deployment) string {
-	h := sha256.New()
-	spec := d.Spec.Template.Spec
-	fmt.Fprintln(h, d.Namespace, spec.ServiceAccountName)
-	for _, c := range spec.Containers {
-		fmt.Fprintln(h, c.Image, strings.Join(c.Command, " "), strings.Join(c.Args, " "))
-		for _, e := range c.Env {
-			fmt.Fprintln(h, e.Name, e.Value)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-func (o *Operator) sync(ctx context.Context) {
-	d, err := o.deployment(ctx)
-	if err != nil {
-		return
-	}
-	o.mu.Lock()
-	c := o.running
-	o.mu.Unlock()
-	if d == nil || len(d.Spec.Template.Spec.Containers) == 0 {
-		o.kill()
-		return
-	}
-	k := key(d)
-	if c != nil && c.key != k {
-		o.logf("pod template of %s/%s changed: stopping the operator", d.Namespace, d.Name)
-		o.kill()
-		o.mu.Lock()
-		o.restart, o.next = 0, time.Time{}
-		o.mu.Unlock()
-		c = nil
-	}
-	if c != nil {
-		select {
-		case <-c.done:
-			// Exited: CrashLoopBackOff, 10 s doubling to 5 min.
-			o.mu.Lock()
-			o.running = nil
-			o.restart++
-			o.next = time.Now().Add(min(10*time.Second<<min(o.restart-1, 5), 5*time.Minute))
-			o.mu.Unlock()
-			o.logf("operator exited (%v); back-off until %s", c.cmd.ProcessState, o.next.Format(time.RFC3339))
-			o.setAvailable(ctx, d, false, "")
-			return
+		case <-st.proc.done:
+			ps := st.proc.cmd.ProcessState
+			st.proc = nil
+			code := int32(1)
+			if ps != nil {
+				code = int32(ps.ExitCode())
+			}
+			st.exit(now, code, "")
+			k.logf("operator in %s/%s exited (%v); back-off until %s", p.Namespace, p.Name, ps, st.next.Format(time.RFC3339))
 		default:
-		}
-		if !c.ready && probe(ctx, healthPort(d)) {
-			c.ready = true
-			o.logf("operator ready")
-		}
-		if c.ready {
-			if err := o.publishEndpoints(ctx, d.Namespace); err != nil {
-				o.logf("webhook endpoints: %v", err)
+			if !st.ready && probe(ctx, healthPort(p)) {
+				st.ready = true
+				k.logf("operator in %s/%s ready", p.Namespace, p.Name)
 			}
 		}
-		o.setAvailable(ctx, d, c.ready, "")
 		return
 	}
-	o.mu.Lock()
-	wait := time.Until(o.next)
-	o.mu.Unlock()
-	if wait > 0 {
+	if st.yielded || now.Before(st.next) {
 		return
 	}
-	if err := o.start(ctx, d, k); err != nil {
-		o.logf("start operator: %v", err)
-		o.setAvailable(ctx, d, false, "")
-		o.mu.Lock()
-		o.next = time.Now().Add(10 * time.Second)
-		o.mu.Unlock()
+	k.yieldTo(p, st, now)
+	proc, reason, err := k.startOperator(ctx, p, st)
+	if err != nil {
+		// Not started: the reason is the kubelet's (a volume not
+		// mountable yet, an image not pulled); it tries again.
+		st.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
+		st.next = now.Add(10 * time.Second)
+		k.logf("start operator in %s/%s: %v", p.Namespace, p.Name, err)
+		return
 	}
+	st.proc = proc
 }
 
-func (o *Operator) setAvailable(ctx context.Context, d *appsv1.Deployment, ok bool, msg string) {
-	if err := simkube.WriteDeploymentStatus(ctx, o.CS, d, simkube.Availability{Available: ok, Message: msg}); err != nil {
-		o.logf("%v", err)
+// yieldTo stops the container of every older operator pod on this node
+// before p's starts. The lab's pods share their server's network (it has
+// no CNI), so two operators on one node cannot both listen on the
+// webhook and probe ports, as their pods could, each with its own
+// network namespace; a rollout of the operator's Deployment would wait
+// for ever on a container that cannot bind. The older one gives way,
+// shown as a container stopped and not restarted (not ready), and the
+// Deployment's rollout goes on as upstream's controller drives it.
+func (k *Kubelet) yieldTo(p *corev1.Pod, st *podState, now time.Time) {
+	k.mu.Lock()
+	var older []*podState
+	for _, o := range k.pods {
+		if o != st && o.kind == operator && o.proc != nil && !o.yielded && o.created.Before(st.created) {
+			older = append(older, o)
+		}
+	}
+	k.mu.Unlock()
+	for _, o := range older {
+		o.stop()
+		o.yielded = true
+		o.exit(now, 143, "stopped for the newer operator pod "+p.Namespace+"/"+p.Name+" (the lab's pods share their server's network)")
+		o.waiting = &corev1.ContainerStateWaiting{Reason: "Yielded", Message: o.last.Message}
+		k.logf("operator pod %s stops for %s/%s", o.uid, p.Namespace, p.Name)
 	}
 }
 
 // binary is the operator build for the container's image tag.
-func (o *Operator) binary(image string) (string, error) {
+func (k *Kubelet) binary(image string) (string, error) {
 	i := strings.LastIndex(image, ":")
 	if i < 0 {
 		return "", fmt.Errorf("image %s has no tag", image)
 	}
-	p := filepath.Join(o.LabDir, "bin", "cluster-api-operator-"+image[i+1:])
+	p := filepath.Join(k.LabDir, "bin", "cluster-api-operator-"+image[i+1:])
 	if _, err := os.Stat(p); err != nil {
 		// What a kubelet reports for an image no registry has.
-		return "", fmt.Errorf("ErrImagePull: failed to pull image %q: not found (the lab has no %s)", image, p)
+		return "", fmt.Errorf("failed to pull image %q: not found (the lab has no %s)", image, p)
 	}
 	return p, nil
 }
 
-// start writes what the pod's volumes hold and starts the container.
-func (o *Operator) start(ctx context.Context, d *appsv1.Deployment, k string) error {
-	spec := d.Spec.Template.Spec
+// startOperator writes what the pod's volumes hold and starts its
+// container; a failure comes with the waiting reason a kubelet gives.
+func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState) (*process, string, error) {
+	spec := p.Spec
 	ctr := spec.Containers[0]
-	bin, err := o.binary(ctr.Image)
+	bin, err := k.binary(ctr.Image)
 	if err != nil {
-		return err
+		return nil, "ErrImagePull", err
 	}
 	// The webhook certificate: a missing Secret keeps the pod in
 	// ContainerCreating, as the kubelet waits for a secret volume.
@@ -230,12 +163,12 @@ func (o *Operator) start(ctx context.Context, d *appsv1.Deployment, k string) er
 			if v.Name != vm.Name || v.Secret == nil {
 				continue
 			}
-			sec, err := o.CS.CoreV1().Secrets(d.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			sec, err := k.CS.CoreV1().Secrets(p.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
 			if err != nil {
-				return fmt.Errorf("MountVolume.SetUp failed for volume %q: %w", v.Name, err)
+				return nil, "ContainerCreating", fmt.Errorf("MountVolume.SetUp failed for volume %q: %w", v.Name, err)
 			}
 			if err := writeDir(vm.MountPath, sec.Data); err != nil {
-				return err
+				return nil, "ContainerCreating", err
 			}
 		}
 	}
@@ -243,16 +176,17 @@ func (o *Operator) start(ctx context.Context, d *appsv1.Deployment, k string) er
 	if sa == "" {
 		sa = "default"
 	}
-	if err := o.writeToken(ctx, d.Namespace, sa); err != nil {
-		return err
+	if err := k.writeToken(ctx, p, sa); err != nil {
+		return nil, "ContainerCreating", err
 	}
+	home := "/var/lib/lab-pods/" + p.Namespace + "_" + p.Name
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=/var/lib/lab-pods/" + d.Name,
+		"HOME=" + home,
 		// No kube-proxy routes the kubernetes Service here: the pod
 		// reaches this server's API server, whose certificate names
 		// the node IP.
-		"KUBERNETES_SERVICE_HOST=" + o.NodeIP, "KUBERNETES_SERVICE_PORT=6443",
+		"KUBERNETES_SERVICE_HOST=" + k.IP, "KUBERNETES_SERVICE_PORT=6443",
 		// clusterctl's library then reads releases through GitHub's API
 		// rather than a Go module proxy (repository_github.go), which
 		// the lab does not impersonate.
@@ -263,81 +197,80 @@ func (o *Operator) start(ctx context.Context, d *appsv1.Deployment, k string) er
 			env = append(env, e.Name+"="+e.Value)
 		}
 	}
-	if err := os.MkdirAll("/var/lib/lab-pods/"+d.Name, 0o700); err != nil {
-		return err
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, "RunContainerError", err
 	}
-	logDir := filepath.Join("/var/log/pods", d.Namespace+"_"+d.Name, ctr.Name)
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return err
+	// Where the kubelet keeps a container's log: one file per start.
+	restart := st.restarts
+	if st.everStarted {
+		restart++
 	}
-	logf, err := os.OpenFile(filepath.Join(logDir, "0.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	path := k.logPath(p.Namespace, p.Name, string(p.UID), ctr.Name, restart)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, "RunContainerError", err
+	}
+	logFile, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
-		return err
+		return nil, "RunContainerError", err
 	}
+	cw := &criWriter{f: logFile}
+	stdout, stderr := cw.stream("stdout"), cw.stream("stderr")
 	cctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(cctx, bin, ctr.Args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, stdout, stderr
 	// The container dies with k3s (a stopped VM's processes all go).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second // terminationGracePeriodSeconds
+	grace := 30 * time.Second
+	if spec.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	cmd.WaitDelay = grace
+	closeLog := func() {
+		stdout.Close()
+		stderr.Close()
+		cw.wait()
+		logFile.Close()
+	}
 	if err := cmd.Start(); err != nil {
 		cancel()
-		logf.Close()
-		return err
+		closeLog()
+		return nil, "RunContainerError", err
 	}
-	c := &container{key: k, cmd: cmd, done: make(chan struct{}), stop: cancel}
+	proc := &process{cmd: cmd, done: make(chan struct{}), stop: cancel}
 	go func() {
 		_ = cmd.Wait()
-		logf.Close()
-		close(c.done)
+		closeLog()
+		close(proc.done)
 	}()
-	o.mu.Lock()
-	o.running = c
-	o.mu.Unlock()
-	o.logf("started operator %s (pid %d) for %s/%s: %s %s", ctr.Image, cmd.Process.Pid, d.Namespace, d.Name, filepath.Base(bin), strings.Join(ctr.Args, " "))
-	go o.refreshToken(cctx, d.Namespace, sa)
-	return nil
+	st.start(time.Now())
+	k.logf("started operator %s (pid %d) in %s/%s: %s %s", ctr.Image, cmd.Process.Pid, p.Namespace, p.Name, filepath.Base(bin), strings.Join(ctr.Args, " "))
+	go k.refreshToken(cctx, p, sa)
+	return proc, "", nil
 }
 
-// Stop stops the operator's container, if it runs, and waits for it.
-func (o *Operator) Stop() { o.kill() }
-
-// kill stops the running container, if any, and waits for it.
-func (o *Operator) kill() {
-	o.mu.Lock()
-	c := o.running
-	o.running = nil
-	o.mu.Unlock()
-	if c == nil {
-		return
-	}
-	c.stop()
-	<-c.done
-	o.logf("operator stopped")
-}
-
-// writeToken puts a fresh token for the ServiceAccount, the CA and the
-// namespace where a pod's projected volume has them.
-func (o *Operator) writeToken(ctx context.Context, ns, sa string) error {
+// writeToken puts a fresh token for the ServiceAccount, bound to the pod,
+// the CA and the namespace where a pod's projected volume has them.
+func (k *Kubelet) writeToken(ctx context.Context, p *corev1.Pod, sa string) error {
 	exp := int64(tokenTTL / time.Second)
-	tr, err := o.CS.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	tr, err := k.CS.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("token for ServiceAccount %s/%s: %w", ns, sa, err)
+		return fmt.Errorf("token for ServiceAccount %s/%s: %w", p.Namespace, sa, err)
 	}
-	return writeDir(saDir, map[string][]byte{"token": []byte(tr.Status.Token), "ca.crt": o.CA, "namespace": []byte(ns)})
+	return writeDir(saDir, map[string][]byte{"token": []byte(tr.Status.Token), "ca.crt": k.CA, "namespace": []byte(p.Namespace)})
 }
 
-func (o *Operator) refreshToken(ctx context.Context, ns, sa string) {
+func (k *Kubelet) refreshToken(ctx context.Context, p *corev1.Pod, sa string) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(tokenTTL * 8 / 10):
 		}
-		if err := o.writeToken(ctx, ns, sa); err != nil {
-			o.logf("%v", err)
+		if err := k.writeToken(ctx, p, sa); err != nil {
+			k.logf("%v", err)
 		}
 	}
 }
@@ -368,8 +301,8 @@ func writeDir(dir string, files map[string][]byte) error {
 
 // healthPort is the readiness probe's port (the chart's healthAddr),
 // the manager's default 9440 without one.
-func healthPort(d *appsv1.Deployment) int {
-	for _, c := range d.Spec.Template.Spec.Containers {
+func healthPort(p *corev1.Pod) int {
+	for _, c := range p.Spec.Containers {
 		if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil {
 			return c.ReadinessProbe.HTTPGet.Port.IntValue()
 		}
@@ -388,33 +321,4 @@ func probe(ctx context.Context, port int) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
-}
-
-// publishEndpoints points the webhook Service's EndpointSlice at this
-// server, as the endpoint-slice controller does for a ready pod (and
-// moves it when the pod moves to another server).
-func (o *Operator) publishEndpoints(ctx context.Context, ns string) error {
-	ready, name, tcp, port := true, "", corev1.ProtocolTCP, int32(helmctl.WebhookPort)
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: helmctl.WebhookService + "-lab", Namespace: ns, Labels: map[string]string{
-			discoveryv1.LabelServiceName: helmctl.WebhookService, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{o.NodeIP}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &tcp}},
-	}
-	slices := o.CS.DiscoveryV1().EndpointSlices(ns)
-	cur, err := slices.Get(ctx, es.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = slices.Create(ctx, es, metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if len(cur.Endpoints) == 1 && len(cur.Endpoints[0].Addresses) == 1 && cur.Endpoints[0].Addresses[0] == o.NodeIP {
-		return nil
-	}
-	cur.Endpoints = es.Endpoints
-	_, err = slices.Update(ctx, cur, metav1.UpdateOptions{})
-	return err
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
 
-// createVM is the qm create mgmtctl's vm phase issues (upstream-facts 1.2).
+// createVM is the qm create mgmtctl's vm phase issues (docs/upstream.md §1.2).
 const createVM = `set -e
 cd /var/lib/vz/template/iso
 curl -fsS -o noble-server-cloudimg-amd64.img https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img
@@ -232,7 +232,7 @@ func TestDownAfterKilledDaemon(t *testing.T) {
 
 // TestK3s: the install script with its variables, k3s --version, the
 // server's kubeconfig and certificate, the node Ready, upgrades and the
-// installer's change detection (upstream-facts 2.1-2.4).
+// installer's change detection (docs/upstream.md §2.1-2.4).
 func TestK3s(t *testing.T) {
 	l := labtest.Start(t)
 	if r := l.PVE(createVM + "\nqm start 110"); r.Code != 0 {
@@ -276,8 +276,8 @@ func TestK3s(t *testing.T) {
 	if r.Stdout != "lab-mgmt True v1.35.7+k3s1" {
 		t.Errorf("node: %+v", r)
 	}
-	// The API server reports the release it was installed as (upstream-facts
-	// 2.2), not the Kubernetes it was built from.
+	// The API server reports the release it was installed as
+	// (docs/upstream.md §2.2), not the Kubernetes it was built from.
 	if got := serverVersion(t, l, kc); got != "v1.35.7+k3s1 1.35" {
 		t.Errorf("server version: %s", got)
 	}

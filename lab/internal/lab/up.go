@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/lab/internal/fixtures"
 	"github.com/mgmtctl/mgmtctl/lab/internal/host"
 	"github.com/mgmtctl/mgmtctl/lab/internal/mirror"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
@@ -39,10 +40,10 @@ const TokenID = "capmox@pve!capi"
 // Up builds the lab and returns when it is ready. It is idempotent: a lab
 // that is up is left as it is.
 //
-// crds is the directory of upstream CRD fixtures (shared/fixtures/crds);
-// the lab's k3s applies helm-controller's from there, as k3s applies the
-// ones it embeds.
-func (l *Lab) Up(out io.Writer, crds string) error {
+// Upstream's files (fixtures.Lay) go to crds/ and providers/: the lab's k3s
+// applies helm-controller's CRDs from there, as k3s applies the ones it
+// embeds, and the mirror builds the providers' releases from them.
+func (l *Lab) Up(out io.Writer) error {
 	if l.daemonAlive() {
 		fmt.Fprintf(out, "lab already up in %s\n", l.Dir)
 		return nil
@@ -69,13 +70,8 @@ func (l *Lab) Up(out io.Writer, crds string) error {
 	if err := l.copyK3s(); err != nil {
 		return err
 	}
-	if err := copyTree(crds, l.path("crds")); err != nil {
-		return fmt.Errorf("copy CRD fixtures from %s: %w", crds, err)
-	}
-	// The providers' release files sit beside the CRDs (shared/fixtures).
-	providers := filepath.Join(filepath.Dir(crds), "providers")
-	if err := copyTree(providers, l.path("providers")); err != nil {
-		return fmt.Errorf("copy provider release fixtures from %s: %w", providers, err)
+	if err := fixtures.Lay(l.Dir); err != nil {
+		return fmt.Errorf("lay out upstream's CRDs and release files: %w", err)
 	}
 	ca, err := pki.LoadOrCreate(l.path("pki"))
 	if err != nil {
@@ -202,24 +198,6 @@ func copySelf(dst string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
-}
-
-func copyTree(src, dst string) error {
-	return filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if fi.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
 }
 
 func same(a, b string) bool {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The lab's copy of https://get.k3s.io: the subset of k3s's install.sh that
 # a server install on a systemd host exercises, with upstream's variables,
-# messages, files and change detection (upstream-facts 2.1).
+# messages, files and change detection (k3s-io/k3s install.sh;
+# docs/upstream.md §2.1).
 set -e
 
 info() { echo '[INFO] ' "$@"; }

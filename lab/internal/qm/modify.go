@@ -61,7 +61,7 @@ func (n *Node) set(vmid int, args []string) int {
 
 // resize implements `qm resize` / `qm disk resize`. It runs in a worker
 // upstream, so its errors go to stderr while the command exits 0
-// (upstream-facts 1.3): callers must check the size in `qm config`.
+// (docs/upstream.md §1.3): callers must check the size in `qm config`.
 func (n *Node) resize(vmid int, args []string) int {
 	c, err := n.load(vmid)
 	if err != nil {

@@ -1,7 +1,7 @@
 // Package qm simulates Proxmox VE's `qm` and `pvesh get /cluster/nextid`
 // over the real file layout: /etc/pve/nodes/<node>/qemu-server/<vmid>.conf
 // in upstream's "key: value" format. Outputs, error texts and exit codes
-// follow ../shared/upstream-facts.md section 1 (qemu-server 9.2.6).
+// follow qemu-server 9.2.6 (docs/upstream.md §1 names each source).
 //
 // What a real node does with QEMU (run the guest) is delegated to a
 // Backend: in the lab, the daemon that boots a VM's host namespace.
@@ -52,7 +52,8 @@ type Node struct {
 
 // Exit codes. A Perl die outside a worker exits with $! when set: reading a
 // missing config leaves ENOENT (2). Failed tasks ($upid_exit) exit -1 = 255.
-// Both numbers are marked UNVERIFIED in upstream-facts 1.0; tests of the
+// Neither number has been observed on a real node (docs/upstream.md
+// §1.0); tests of the
 // tool assert only "non-zero".
 const (
 	exitNoConfig = 2

@@ -1,8 +1,8 @@
-// Package simkube holds what the lab's simulated controllers share: the
-// lab runs a real kube-apiserver but no kube-controller-manager and no
-// kubelet, so the simulators write the status that those would (a
-// Deployment's availability, a Job's completion, a Pod's container state)
-// and record Events the way the real components word them.
+// Package simkube holds what the lab's own controllers (its
+// helm-controller, kube-vip, the deploy controller) share: watches and
+// loops, leader election, applying CRDs and Deployments, Events worded as
+// the real components word them. Upstream's controller manager and the
+// lab's kubelet take a Deployment from there.
 package simkube
 
 import (
@@ -14,7 +14,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -120,23 +119,11 @@ type Deployment struct {
 	// Selector, when set, is the chart's selector (else the instance
 	// label).
 	Selector map[string]string
-	// ByKubelet leaves availability to the lab's kubelet (a pod the lab
-	// really runs): a new or changed pod template is written unavailable,
-	// an unchanged one keeps its status.
-	ByKubelet bool
 }
 
-// Availability is what the deployment controller would report.
-type Availability struct {
-	Available bool
-	// Message replaces the deployment controller's wording when set (a
-	// crash-looping container's reason, say).
-	Message string
-}
-
-// ApplyDeployment creates or updates d and writes the status the
-// deployment controller would once its pods run (or crash-loop).
-func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment, av Availability) error {
+// ApplyDeployment creates or updates d; upstream's deployment controller
+// and the lab's kubelet take it from there.
+func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment) error {
 	one := int32(1)
 	sel := d.Selector
 	if sel == nil {
@@ -178,68 +165,6 @@ func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment,
 	}
 	if err != nil {
 		return fmt.Errorf("apply Deployment %s/%s: %w", d.Namespace, d.Name, err)
-	}
-	if d.ByKubelet {
-		if cur.Status.ObservedGeneration == cur.Generation {
-			return nil
-		}
-		av = Availability{}
-	}
-	return WriteDeploymentStatus(ctx, cs, cur, av)
-}
-
-// WriteDeploymentStatus writes the status the deployment controller would
-// for cur with its one pod as av says, unless it is that already.
-func WriteDeploymentStatus(ctx context.Context, cs kubernetes.Interface, cur *appsv1.Deployment, av Availability) error {
-	now := metav1.Now()
-	// As many pods as spec.replicas: clusterctl's upgrader scales a
-	// provider to 0 and waits for status.replicas to follow.
-	n := int32(1)
-	if cur.Spec.Replicas != nil {
-		n = *cur.Spec.Replicas
-	}
-	if n == 0 {
-		av = Availability{Available: true}
-	}
-	st := appsv1.DeploymentStatus{ObservedGeneration: cur.Generation, Replicas: n, UpdatedReplicas: n}
-	// The deployment controller's own reasons and messages.
-	avail := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue,
-		Reason: "MinimumReplicasAvailable", Message: "Deployment has minimum availability.", LastUpdateTime: now, LastTransitionTime: now}
-	if av.Available {
-		st.ReadyReplicas, st.AvailableReplicas = n, n
-	} else {
-		st.UnavailableReplicas = n
-		avail.Status, avail.Reason, avail.Message = corev1.ConditionFalse, "MinimumReplicasUnavailable", "Deployment does not have minimum availability."
-	}
-	if av.Message != "" {
-		avail.Message = av.Message
-	}
-	image := ""
-	if c := cur.Spec.Template.Spec.Containers; len(c) > 0 {
-		image = c[0].Image
-	}
-	progressing := appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
-		Reason: "NewReplicaSetAvailable", Message: fmt.Sprintf("ReplicaSet %q has successfully progressed.", cur.Name+"-"+shortHash(image)),
-		LastUpdateTime: now, LastTransitionTime: now}
-	for _, c := range cur.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable && c.Status == avail.Status {
-			avail.LastTransitionTime = c.LastTransitionTime
-			if c.Message == avail.Message && c.Reason == avail.Reason {
-				avail.LastUpdateTime = c.LastUpdateTime
-			}
-		}
-		if c.Type == appsv1.DeploymentProgressing && c.Message == progressing.Message {
-			progressing.LastTransitionTime, progressing.LastUpdateTime = c.LastTransitionTime, c.LastUpdateTime
-		}
-	}
-	st.Conditions = []appsv1.DeploymentCondition{avail, progressing}
-	if equality.Semantic.DeepEqual(cur.Status, st) {
-		return nil
-	}
-	cur = cur.DeepCopy()
-	cur.Status = st
-	if _, err := cs.AppsV1().Deployments(cur.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update status of Deployment %s/%s: %w", cur.Namespace, cur.Name, err)
 	}
 	return nil
 }

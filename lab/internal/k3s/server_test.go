@@ -1,0 +1,39 @@
+package k3s
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestUnknownConfigKeysAreWarnedAndSkipped: a config.yaml key that is no
+// `k3s server` flag (a typo of one) is skipped with k3s's own warning, one
+// line per key, in logrus's text format; the known keys are read.
+func TestUnknownConfigKeysAreWarnedAndSkipped(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	cfg := "write-kubeconfig-mode: \"0644\"\ntls-sans:\n  - 192.0.2.60\nnode-ip: 192.0.2.50\ncluster-inti: true\n"
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"cluster-inti", "tls-sans"}; !reflect.DeepEqual(c.Unknown, want) {
+		t.Errorf("unknown keys %q, want %q", c.Unknown, want)
+	}
+	if c.NodeIP != "192.0.2.50" {
+		t.Errorf("node-ip = %q: a known key was lost", c.NodeIP)
+	}
+	var log bytes.Buffer
+	warnUnknown(&log, c.Unknown, time.Date(2026, 12, 4, 22, 0, 0, 0, time.UTC))
+	want := `time="2026-12-04T22:00:00Z" level=warning msg="Unknown flag --cluster-inti found in config.yaml, skipping"
+time="2026-12-04T22:00:00Z" level=warning msg="Unknown flag --tls-sans found in config.yaml, skipping"
+`
+	if log.String() != want {
+		t.Errorf("logged:\n%s\nwant:\n%s", log.String(), want)
+	}
+}
