@@ -37,16 +37,22 @@ func orDefault(d, def time.Duration) time.Duration {
 // HelmChartGVR is k3s's HelmChart resource.
 var HelmChartGVR = schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
 
-// JobFailedError is a helm-install Job that failed: helm's message and the
+// JobFailedError is a helm-install Job that failed: its Pod, the tail of
+// the failed container's log (helm's own error is its last line), and the
 // Events of the Job and its Pod.
 type JobFailedError struct {
-	Chart, Job, Message string
-	Events              []string
+	Chart, Job, Pod, Message string
+	Events                   []string
 }
 
 func (e *JobFailedError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "HelmChart %s: Job %s/%s failed: %s", e.Chart, ChartNamespace, e.Job, strings.TrimSpace(e.Message))
+	fmt.Fprintf(&b, "HelmChart %s: Job %s/%s failed", e.Chart, ChartNamespace, e.Job)
+	if e.Pod != "" {
+		fmt.Fprintf(&b, "; the end of Pod %s's log:\n  %s", e.Pod, strings.ReplaceAll(strings.TrimSpace(e.Message), "\n", "\n  "))
+	} else {
+		fmt.Fprintf(&b, ": %s", strings.TrimSpace(e.Message))
+	}
 	if len(e.Events) > 0 {
 		b.WriteString("\nevents:\n  " + strings.Join(e.Events, "\n  "))
 	}
@@ -153,7 +159,7 @@ func (s *Ready) Observe(ctx context.Context, cl *kube.Cluster) (bool, string, er
 			return false, "", f.err(ctx, cl, s.C.Name)
 		case f != nil:
 			s.failing = f
-			return false, fmt.Sprintf("Job %s failed, helm-controller retries it: %s", s.job(), firstLine(f.message)), nil
+			return false, fmt.Sprintf("Job %s failed, helm-controller retries it: %s", s.job(), lastLine(f.message)), nil
 		}
 		return false, "Job " + s.job() + " running helm", nil
 	}
@@ -193,23 +199,26 @@ func jobComplete(j *batchv1.Job) bool {
 // and the objects whose Events explain it. final means the Job itself
 // failed (its backoffLimit is spent): nothing will retry it.
 type jobFailure struct {
-	job     string
-	message string
-	final   bool
-	objects []metav1.Object
+	job, pod string
+	message  string
+	final    bool
+	objects  []metav1.Object
 }
 
 func (f *jobFailure) err(ctx context.Context, cl *kube.Cluster, chart string) *JobFailedError {
-	return &JobFailedError{Chart: chart, Job: f.job, Message: f.message, Events: Events(ctx, cl, ChartNamespace, f.objects...)}
+	return &JobFailedError{Chart: chart, Job: f.job, Pod: f.pod, Message: f.message, Events: Events(ctx, cl, ChartNamespace, f.objects...)}
 }
 
 // jobFailure returns the Job's failure, if it failed or its helm container
-// last exited non-zero; nil while no attempt has failed.
+// last exited non-zero; nil while no attempt has failed. Helm's own words
+// come first: the failed container's log; the Job's reason when it gave
+// up follows.
 func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job) (*jobFailure, error) {
 	f := &jobFailure{job: j.Name}
+	gaveUp := ""
 	for _, c := range j.Status.Conditions {
 		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-			f.message, f.final = c.Reason+": "+c.Message, true
+			gaveUp, f.final = c.Reason+": "+c.Message, true
 		}
 	}
 	pods, err := cl.Typed.CoreV1().Pods(ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
@@ -224,9 +233,16 @@ func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job
 		}
 		f.objects = append(f.objects, p)
 		for _, cs := range p.Status.ContainerStatuses {
-			for _, st := range []corev1.ContainerState{cs.State, cs.LastTerminationState} {
+			for i, st := range []corev1.ContainerState{cs.State, cs.LastTerminationState} {
 				if t := st.Terminated; t != nil && t.ExitCode != 0 && f.message == "" {
-					f.message = t.Message
+					f.pod, f.message = p.Name, t.Message
+					if f.message == "" {
+						// klipper-helm writes no termination message:
+						// helm's error is in the container's log, read
+						// through the API as kubectl logs reads it (the
+						// previous container's when it was restarted).
+						f.message = logTail(ctx, cl, p.Name, cs.Name, i == 1)
+					}
 					if f.message == "" {
 						f.message = fmt.Sprintf("container %s exited %d (%s)", cs.Name, t.ExitCode, t.Reason)
 					}
@@ -234,10 +250,36 @@ func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job
 			}
 		}
 	}
+	if gaveUp != "" {
+		f.message = strings.TrimSpace(f.message + "\n" + gaveUp)
+	}
 	if f.message == "" {
 		return nil, nil
 	}
 	return f, nil
+}
+
+// logTailLines is how much of a failed helm container's log an error
+// shows: helm's error and what it did before.
+const logTailLines = 10
+
+// logTail is the end of a container's log, empty when it cannot be read.
+func logTail(ctx context.Context, cl *kube.Cluster, pod, container string, previous bool) string {
+	n := int64(logTailLines)
+	b, err := cl.Typed.CoreV1().Pods(ChartNamespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: previous, TailLines: &n}).DoRaw(ctx)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// lastLine is the last line of s: helm prints its error last.
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
 }
 
 func firstLine(s string) string {

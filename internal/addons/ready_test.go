@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
@@ -41,7 +42,11 @@ func TestReadyRetriesAFailedAttempt(t *testing.T) {
 		Labels: map[string]string{"job-name": "helm-install-" + c.Name, "controller-uid": "j1"}},
 		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "helm",
 			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "Error: INSTALLATION FAILED: boom\nmore"}}}}}}
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "Installing helm chart\nError: INSTALLATION FAILED: boom"}}}}}}
+	// klipper-helm's container writes no termination message: helm's
+	// words are read from its log, the previous container's.
+	noMessage := failedPod.DeepCopy()
+	noMessage.Status.ContainerStatuses[0].LastTerminationState.Terminated.Message = ""
 	available := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: c.Deployment, Namespace: c.TargetNamespace},
 		Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}}
 	complete := batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}
@@ -57,7 +62,9 @@ func TestReadyRetriesAFailedAttempt(t *testing.T) {
 		{name: "an attempt failed", objects: []runtime.Object{job(), failedPod},
 			why: "Job helm-install-cert-manager failed, helm-controller retries it: Error: INSTALLATION FAILED: boom"},
 		{name: "the Job gave up", objects: []runtime.Object{job(failed), failedPod},
-			err: "Job kube-system/helm-install-cert-manager failed: BackoffLimitExceeded: Job has reached the specified backoff limit"},
+			err: "Job kube-system/helm-install-cert-manager failed; the end of Pod helm-install-cert-manager-x's log:\n  Installing helm chart\n  Error: INSTALLATION FAILED: boom\n  BackoffLimitExceeded: Job has reached the specified backoff limit"},
+		{name: "the message from the log", objects: []runtime.Object{job(), noMessage},
+			why: "Job helm-install-cert-manager failed, helm-controller retries it: fake logs"},
 		{name: "completed after failed attempts", objects: []runtime.Object{job(complete), failedPod, available}, done: true},
 		{name: "running", objects: []runtime.Object{job()}, why: "Job helm-install-cert-manager running helm"},
 	} {
@@ -74,6 +81,17 @@ func TestReadyRetriesAFailedAttempt(t *testing.T) {
 				}
 			case err != nil || done != tc.done || why != tc.why:
 				t.Errorf("Observe = %v, %q, %v; want %v, %q", done, why, err, tc.done, tc.why)
+			}
+			if tc.name == "the message from the log" {
+				var logs []corev1.PodLogOptions
+				for _, a := range cl.Typed.(*fake.Clientset).Actions() {
+					if g, ok := a.(k8stesting.GenericAction); ok && a.GetSubresource() == "log" {
+						logs = append(logs, *g.GetValue().(*corev1.PodLogOptions))
+					}
+				}
+				if len(logs) != 1 || !logs[0].Previous || logs[0].Container != "helm" || logs[0].TailLines == nil || *logs[0].TailLines != logTailLines {
+					t.Errorf("log reads = %+v, want one of the previous helm container's last %d lines", logs, logTailLines)
+				}
 			}
 			if tc.name == "an attempt failed" && (r.failing == nil || r.failing.final) {
 				t.Errorf("the failed attempt is not kept for the error at the bound: %+v", r.failing)

@@ -224,7 +224,8 @@ func TestFullRun(t *testing.T) {
 	noSecret(t, r, secret, rotated)
 	if r.Code != 1 || !regexp.MustCompile(`failed: \[lab-mgmt\] addons/cert-manager-chart`).MatchString(r.Stdout) ||
 		!strings.Contains(r.Stderr, "cert-manager v1.99.0 not usable after 20s: its helm-install Job kept failing while helm-controller retried it") ||
-		!strings.Contains(r.Stderr, `chart "cert-manager" matching v1.99.0 not found in cert-manager index`) || !strings.Contains(r.Stderr, "BackOff") {
+		!strings.Contains(r.Stderr, `chart "cert-manager" matching v1.99.0 not found in cert-manager index`) || !strings.Contains(r.Stderr, "BackOff") ||
+		!strings.Contains(r.Stderr, "; the end of Pod helm-install-cert-manager-") {
 		t.Errorf("wrong chart version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	// Repeated Events are one line each, with their count.

@@ -74,12 +74,33 @@ const jetstack, capiOperatorRepo = "https://charts.jetstack.io", "https://kubern
 func TestLabChartsAndOperator(t *testing.T) {
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm,k3s,kubeconfig"), "cluster")
-	const podMsg = `{.status.containerStatuses[0].lastState.terminated.message}`
+	// A failed attempt: klipper-helm's container exited 1; what helm
+	// said is in its log, read as a user reads it (kubectl logs
+	// --previous, through the API server and the kubelet).
 	failing := func(chart string) string {
 		t.Helper()
-		pod := "pod -l job-name=helm-install-" + chart
-		e.waitJSONPath(pod, "kube-system", `{.status.containerStatuses[0].lastState.terminated.exitCode}`, "1")
-		return e.jsonpath("pods", "kube-system", `{range .items[?(@.metadata.labels.job-name=="helm-install-`+chart+`")]}`+podMsg+`{end}`)
+		job := "helm-install-" + chart
+		var pod string
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+			pod = e.jsonpath("pods", "kube-system", `{range .items[?(@.metadata.labels.job-name=="`+job+`")]}{.metadata.name} {.status.containerStatuses[0].lastState.terminated.exitCode}{"\n"}{end}`)
+			found := ""
+			for _, l := range strings.Split(pod, "\n") {
+				if name, code, _ := strings.Cut(l, " "); code == "1" {
+					found = name
+				}
+			}
+			if pod = found; pod != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no failed attempt of Job %s: %s", job, e.adminKubectl("get", "pods", "-n", "kube-system", "-o", "wide").Stdout)
+			}
+		}
+		r := e.adminKubectl("logs", "-n", "kube-system", pod, "--previous")
+		if r.Code != 0 {
+			t.Fatalf("kubectl logs %s --previous: %s", pod, r.Stderr)
+		}
+		return r.Stdout
 	}
 
 	// Not a chart repository: helm's message in the Job's Pod; the
@@ -257,7 +278,10 @@ func TestLabChartsAndOperator(t *testing.T) {
 	// (healthcheck_controller.go skips a condition whose status matches).
 	e.waitJSONPath("deployment/capi-kubeadm-bootstrap-controller-manager", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Available")].reason}`, "MinimumReplicasUnavailable")
 	e.waitJSONPath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Ready")].status}`, "False")
-	// The pod runs, not ready (its readiness held down), never restarted.
+	// The pod runs (once the kubelet's next sync started it), not ready
+	// (its readiness held down), never restarted.
+	for deadline := time.Now().Add(30 * time.Second); e.jsonpath("pods", "kubeadm-bootstrap", `{.items[0].status.phase}`) != "Running" && time.Now().Before(deadline); time.Sleep(time.Second) {
+	}
 	if got := e.jsonpath("pods", "kubeadm-bootstrap", `{.items[0].status.phase} {.items[0].status.containerStatuses[0].ready} {.items[0].status.containerStatuses[0].restartCount}`); got != "Running false 0" {
 		t.Errorf("never ready: pod %q", got)
 	}

@@ -59,11 +59,18 @@ func TestVerification(t *testing.T) {
 	// controllers made each Deployment's ReplicaSet and Pod, the
 	// scheduler bound them, the lab's kubelet runs them.
 	r = e.adminKubectl("get", "pods", "-A")
-	running := map[string]int{}
+	running, completed := map[string]int{}, map[string]int{}
 	for _, l := range strings.Split(r.Stdout, "\n")[1:] {
 		if f := strings.Fields(l); len(f) >= 4 && f[2] == "1/1" && f[3] == "Running" {
 			running[f[0]]++
+		} else if len(f) >= 4 && f[2] == "0/1" && f[3] == "Completed" && strings.HasPrefix(f[1], "helm-install-") {
+			completed[f[0]]++
 		}
+	}
+	// helm-controller's Jobs ran to completion: upstream's Job
+	// controller made their Pods, the kubelet ran klipper-helm's work.
+	if completed["kube-system"] != 2 {
+		t.Errorf("kubectl get pods -A: %d helm-install Pods Completed in kube-system, want 2 (cert-manager, cluster-api-operator):\n%s", completed["kube-system"], r.Stdout)
 	}
 	for ns, n := range map[string]int{"cert-manager": 3, "capi-operator-system": 1, "capi-system": 1, "capi-kubeadm-bootstrap-system": 1,
 		"capi-kubeadm-control-plane-system": 1, "capmox-system": 1, "capi-ipam-in-cluster-system": 1} {
@@ -76,6 +83,11 @@ func TestVerification(t *testing.T) {
 	}
 	if r := e.adminKubectl("-n", "kube-system", "get", "lease", "kube-controller-manager", "kube-scheduler", "-o", "jsonpath={.items[*].spec.holderIdentity}"); !strings.HasPrefix(r.Stdout, "lab-mgmt_") {
 		t.Errorf("the controller manager's and scheduler's leases: %+v", r)
+	}
+	// k3s's own leader-elected controllers (helm-controller among
+	// them) run under the k3s Lease.
+	if r := e.adminKubectl("-n", "kube-system", "get", "lease", "k3s", "-o", "jsonpath={.spec.holderIdentity}"); r.Stdout != "lab-mgmt" {
+		t.Errorf("the k3s Lease: %+v", r)
 	}
 	if r := e.adminKubectl("get", "nodes", "-o", "wide"); r.Code != 0 || !strings.Contains(r.Stdout, "lab-mgmt   Ready    control-plane,etcd") && !strings.Contains(r.Stdout, "lab-mgmt   Ready    control-plane,master") {
 		t.Errorf("kubectl get nodes -o wide:\n%s%s", r.Stdout, r.Stderr)

@@ -12,10 +12,6 @@
 // allocated from the cluster CIDR, every controller with its own
 // ServiceAccount's credentials, the cluster's CAs as signers, the secure
 // ports 10257 and 10259 on loopback.
-//
-// One deviation, until the lab runs upstream's helm-controller (issue
-// #31): the Job controller is off ("-job-controller"), as the lab's
-// helm-controller still runs its Jobs' pods itself.
 package controlplane
 
 import (
@@ -59,8 +55,8 @@ type Config struct {
 }
 
 // Controllers is the --controllers value: k3s's with its cloud
-// controller manager, less the Job controller (see the package comment).
-const Controllers = "*,tokencleaner,-service,-route,-cloud-node-lifecycle,-job-controller"
+// controller manager.
+const Controllers = "*,tokencleaner,-service,-route,-cloud-node-lifecycle"
 
 // ControllerManagerArgs are the flags k3s passes to kube-controller-manager.
 func (c Config) ControllerManagerArgs(kubeconfig string) []string {

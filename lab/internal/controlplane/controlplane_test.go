@@ -16,7 +16,7 @@ func TestArgs(t *testing.T) {
 	c := Config{ServerCADir: "/tls/server-ca", ClientCADir: "/tls/client-ca", ServiceKey: "/tls/service.key",
 		ServiceCIDR: "10.43.0.0/16", ClusterCIDR: "10.42.0.0/16"}
 	kcm := strings.Join(c.ControllerManagerArgs("/cred/controller.kubeconfig"), " ")
-	for _, want := range []string{"--controllers=*,tokencleaner,-service,-route,-cloud-node-lifecycle,-job-controller",
+	for _, want := range []string{"--controllers=*,tokencleaner,-service,-route,-cloud-node-lifecycle",
 		"--allocate-node-cidrs=true", "--cluster-cidr=10.42.0.0/16", "--use-service-account-credentials=true",
 		"--secure-port=10257", "--bind-address=127.0.0.1", "--root-ca-file=/tls/server-ca/ca.crt",
 		"--cluster-signing-kubelet-serving-cert-file=/tls/server-ca/ca.crt", "--cluster-signing-kube-apiserver-client-key-file=/tls/client-ca/ca.key"} {
@@ -32,7 +32,7 @@ func TestArgs(t *testing.T) {
 	if err := parse("kube-controller-manager", named.FlagSets, c.ControllerManagerArgs("/cred/controller.kubeconfig")); err != nil {
 		t.Errorf("kube-controller-manager: %v", err)
 	}
-	if got := s.Generic.Controllers; strings.Join(got, ",") != "*,tokencleaner,-service,-route,-cloud-node-lifecycle,-job-controller" {
+	if got := s.Generic.Controllers; strings.Join(got, ",") != "*,tokencleaner,-service,-route,-cloud-node-lifecycle" {
 		t.Errorf("controllers parsed as %v", got)
 	}
 	o := schedoptions.NewOptions()

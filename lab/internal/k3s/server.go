@@ -37,7 +37,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/controlplane"
-	"github.com/mgmtctl/mgmtctl/lab/internal/helmctl"
+	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/kubelet"
 	"github.com/mgmtctl/mgmtctl/lab/internal/kubevip"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
@@ -457,7 +457,7 @@ func Server(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := applyCRDs(ctx, dc); err != nil {
+	if err := applyHelmCRDs(ctx, dc); err != nil {
 		logf(log, "apply CRDs: %v", err)
 	}
 	if err := applyCRD(ctx, dc, []byte(addonCRD)); err != nil {
@@ -465,7 +465,8 @@ func Server(args []string, log io.Writer) error {
 	}
 	// k3s's agent in the same process: its kubelet registers the node
 	// and runs the pods bound to it.
-	kl := &kubelet.Kubelet{CS: cs, Node: hostname, IP: ip, Version: Version(), Etcd: dir == etcdDir, LabDir: labDir(), CA: serverCA.CertPEM, Log: log}
+	kl := &kubelet.Kubelet{CS: cs, Node: hostname, IP: ip, Version: Version(), Etcd: dir == etcdDir, LabDir: labDir(), CA: serverCA.CertPEM, Log: log,
+		Helm: &klipperhelm.Runner{CS: cs, DC: dc, LabDir: labDir(), WebhookCA: webhookCA}}
 	if err := kl.Register(ctx); err != nil {
 		return err
 	}
@@ -496,11 +497,9 @@ func Server(args []string, log io.Writer) error {
 	// follow in the background.
 	dep.scan(ctx)
 	go dep.run(ctx)
-	// k3s embeds helm-controller (docs/upstream.md §2.7). With more
-	// servers, one runs it: the holder of a Lease, as helm-controller
-	// elects its leader.
-	hc := &helmctl.Controller{CS: cs, DC: dc, Node: hostname, LabDir: labDir(), Log: log, WebhookCA: webhookCA}
-	go lead(ctx, cs, hostname, log, hc.Run)
+	// k3s embeds helm-controller (docs/upstream.md §2.7): upstream's,
+	// on the server that holds the k3s Lease.
+	go runHelmController(ctx, rc, cs, hostname, log, port)
 	kubeletDone := make(chan struct{})
 	go func() {
 		defer close(kubeletDone)
@@ -677,23 +676,6 @@ func labDir() string {
 	return c.Dir
 }
 
-// applyCRDs creates helm-controller's CRDs, which k3s embeds and applies at
-// start (helm-controller pkg/crds; fixtures.Lay puts them in crds/helm-controller).
-func applyCRDs(ctx context.Context, dc dynamic.Interface) error {
-	files, _ := filepath.Glob(filepath.Join(labDir(), "crds", "helm-controller", "*.yaml"))
-	sort.Strings(files)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		if err := applyCRD(ctx, dc, b); err != nil {
-			return fmt.Errorf("apply %s: %w", filepath.Base(f), err)
-		}
-	}
-	return nil
-}
-
 // applyCRD creates or updates one CRD given as YAML, and waits until it
 // is Established so objects of its kind can be applied.
 func applyCRD(ctx context.Context, dc dynamic.Interface, b []byte) error {
@@ -705,7 +687,13 @@ func applyCRD(ctx context.Context, dc dynamic.Interface, b []byte) error {
 	if err := u.UnmarshalJSON(j); err != nil {
 		return err
 	}
-	return simkube.ApplyCRD(ctx, dc, &u, "k3s", 10*time.Second)
+	return applyCRDObject(ctx, dc, u.Object)
+}
+
+// applyCRDObject creates or updates one CRD and waits until it is
+// Established.
+func applyCRDObject(ctx context.Context, dc dynamic.Interface, obj map[string]any) error {
+	return simkube.ApplyCRD(ctx, dc, &unstructured.Unstructured{Object: obj}, "k3s", 10*time.Second)
 }
 
 // kubeletAPIAdmin binds the API server's kubelet client (user
@@ -721,18 +709,6 @@ func kubeletAPIAdmin(ctx context.Context, cs kubernetes.Interface) error {
 		return nil
 	}
 	return err
-}
-
-// lead runs run while this server holds the lab's controllers Lease
-// (kube-system/k3s-lab-controllers), until ctx ends; a lost lease stops
-// run, and the server stands for election again.
-func lead(ctx context.Context, cs *kubernetes.Clientset, id string, log io.Writer, run func(context.Context)) {
-	simkube.Lead(ctx, cs, simkube.Election{Namespace: "kube-system", Name: "k3s-lab-controllers", Identity: id,
-		Lease: 15 * time.Second, Renew: 10 * time.Second, Retry: 2 * time.Second},
-		func(ctx context.Context) {
-			logf(log, "%s leads helm-controller", id)
-			run(ctx)
-		}, func() {})
 }
 
 // adminClient is the admin's client certificate, kept as k3s keeps it

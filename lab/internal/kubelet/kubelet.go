@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 )
 
 // The kubelet's timings (k8s.io/kubelet/config/v1beta1 defaults, which
@@ -62,6 +64,8 @@ type Kubelet struct {
 	Log  io.Writer
 	// LogDir is where the containers' logs are kept (LogDir when empty).
 	LogDir string
+	// Helm does the work of klipper-helm's containers.
+	Helm *klipperhelm.Runner
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState

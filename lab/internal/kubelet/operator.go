@@ -56,9 +56,11 @@ func logf(w io.Writer, format string, args ...any) {
 	}
 }
 
-// process is one run of the operator's container.
+// process is one run of a container: the operator's binary (cmd), or
+// klipper-helm's work in a goroutine (code, set before done closes).
 type process struct {
 	cmd  *exec.Cmd
+	code int32
 	done chan struct{}
 	stop context.CancelFunc
 }

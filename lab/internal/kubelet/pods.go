@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 )
 
 // kind is what stands in for a pod's container.
@@ -27,8 +29,8 @@ const (
 	// provider: a provider's manager, which starts unless it would exit
 	// at start (provider.go).
 	provider
-	// helmJob: a helm-install Job's pod, which the lab's helm-controller
-	// still runs itself (until issue #31).
+	// helmJob: a helm-controller Job's pod, klipper-helm's container
+	// (helm.go).
 	helmJob
 )
 
@@ -48,7 +50,7 @@ func kindOf(p *corev1.Pod) kind {
 		return operator
 	case p.Labels[ProviderLabel] != "":
 		return provider
-	case len(p.Spec.Containers) > 0 && strings.Contains(p.Spec.Containers[0].Image, "rancher/klipper-helm"):
+	case len(p.Spec.Containers) > 0 && strings.Contains(p.Spec.Containers[0].Image, klipperhelm.Image):
 		return helmJob
 	}
 	return plain
@@ -70,6 +72,9 @@ type podState struct {
 	ready   bool
 	waiting *corev1.ContainerStateWaiting
 	last    *corev1.ContainerStateTerminated
+	// done is a container that ran to completion (exit 0) and, by its
+	// pod's restartPolicy, is not started again: the pod has Succeeded.
+	done *corev1.ContainerStateTerminated
 	// next is when a crashed container may start again (back-off).
 	next time.Time
 	proc *process
@@ -115,6 +120,16 @@ func (st *podState) exit(now time.Time, code int32, msg string) {
 		Message: fmt.Sprintf("back-off %s restarting failed %s", backoff, st.ref)}
 }
 
+// complete records a container that exited 0 and is not restarted.
+func (st *podState) complete(now time.Time) {
+	started := metav1.NewTime(now.Truncate(time.Second))
+	if st.started != nil {
+		started = *st.started
+	}
+	st.done = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: metav1.NewTime(now.Truncate(time.Second))}
+	st.started, st.ready, st.waiting = nil, false, nil
+}
+
 // state is the pod's state, made on first sight. A pod that already has
 // a status was run by this kubelet before k3s restarted: containerd
 // keeps containers running across that, so a stood-in container still
@@ -152,7 +167,7 @@ func (k *Kubelet) forget(uid types.UID) {
 
 // syncPod runs one pod one step on and writes its status.
 func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) error {
-	if kindOf(p) == helmJob || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return nil
 	}
 	st := k.state(p)
@@ -177,6 +192,8 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) error {
 		k.runOperator(ctx, p, st, now)
 	case provider:
 		k.runProvider(ctx, p, st, now)
+	case helmJob:
+		k.runHelm(ctx, p, st, now)
 	default:
 		if st.started == nil {
 			st.start(now)
@@ -211,6 +228,9 @@ func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1
 	if st.everStarted {
 		s.Phase = corev1.PodRunning
 	}
+	if st.done != nil {
+		s.Phase = corev1.PodSucceeded
+	}
 	s.HostIP, s.HostIPs = k.IP, []corev1.HostIP{{IP: k.IP}}
 	s.PodIP, s.PodIPs = k.IP, []corev1.PodIP{{IP: k.IP}}
 	start := st.startTime
@@ -236,8 +256,13 @@ func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1
 	if notReady != "" {
 		reason = "ContainersNotReady"
 	}
+	sandbox := corev1.ConditionTrue
+	if st.done != nil {
+		// A completed pod's sandbox is gone; its readiness says why.
+		sandbox, reason, notReady = corev1.ConditionFalse, "PodCompleted", ""
+	}
 	conds := []corev1.PodCondition{
-		cond(corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", ""),
+		cond(corev1.PodReadyToStartContainers, sandbox, "", ""),
 		cond(corev1.PodInitialized, corev1.ConditionTrue, "", ""),
 		cond(corev1.PodReady, ready, reason, notReady),
 		cond(corev1.ContainersReady, ready, reason, notReady),
@@ -254,6 +279,10 @@ func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1
 		started := st.started != nil
 		cs.Started = &started
 		switch {
+		case st.done != nil:
+			d := *st.done
+			d.ContainerID = containerID(p.UID, c.Name, st.restarts)
+			cs.State.Terminated = &d
 		case st.started != nil:
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: *st.started}
 			cs.ContainerID = containerID(p.UID, c.Name, st.restarts)

@@ -1,4 +1,4 @@
-package helmctl
+package klipperhelm
 
 import (
 	"bytes"
@@ -49,12 +49,15 @@ func sameVersion(a, b string) bool { return strings.TrimPrefix(a, "v") == string
 
 // helm does what klipper-helm's entry does for an install Job: helm
 // status, then install or upgrade the release from the repository.
-func (c *Controller) helm(ctx context.Context, release string, s Spec) result {
+func (c *Runner) helm(ctx context.Context, release string, s Spec) result {
 	rels, err := c.releases(ctx, release, s.TargetNamespace)
 	if err != nil {
 		return result{err: err}
 	}
 	upgrade := len(rels) > 0 && rels[len(rels)-1].Labels["status"] == "deployed"
+	if upgrade && s.ConfigHash != "" && rels[len(rels)-1].Labels[ConfigHashLabel] == s.ConfigHash {
+		return result{log: fmt.Sprintf("Release %s is already deployed with config hash %s\n", release, s.ConfigHash)}
+	}
 	verb, failed := "Installing", "INSTALLATION FAILED"
 	if upgrade {
 		verb, failed = "Upgrading", "UPGRADE FAILED"
@@ -97,10 +100,7 @@ func (c *Controller) helm(ctx context.Context, release string, s Spec) result {
 			return fail("%v", err)
 		}
 	}
-	values := map[string]any{}
-	if err := yaml.Unmarshal([]byte(s.ValuesContent), &values); err != nil {
-		return fail("failed to parse values: %v", err)
-	}
+	values := s.Values
 	var render func(context.Context, string, Spec, map[string]any, bool) error
 	switch s.Chart {
 	case "cert-manager":
@@ -119,7 +119,7 @@ func (c *Controller) helm(ctx context.Context, release string, s Spec) result {
 	return result{log: log}
 }
 
-func (c *Controller) fetchIndex(ctx context.Context, repo string) (*index, error) {
+func (c *Runner) fetchIndex(ctx context.Context, repo string) (*index, error) {
 	u := catalog.IndexURL(repo)
 	b, err := simkube.Fetch(ctx, c.HTTP, u)
 	var se *simkube.StatusError
@@ -138,7 +138,7 @@ func (c *Controller) fetchIndex(ctx context.Context, repo string) (*index, error
 
 // releases lists the release's revisions (Helm's secret driver), oldest
 // first.
-func (c *Controller) releases(ctx context.Context, release, ns string) ([]corev1.Secret, error) {
+func (c *Runner) releases(ctx context.Context, release, ns string) ([]corev1.Secret, error) {
 	list, err := c.CS.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + release})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -158,7 +158,7 @@ func (c *Controller) releases(ctx context.Context, release, ns string) ([]corev1
 // recordRelease writes the new revision as Helm's secret driver does:
 // sh.helm.release.v1.<name>.v<rev>, the release JSON gzipped and base64'd,
 // the previous revision superseded.
-func (c *Controller) recordRelease(ctx context.Context, release string, s Spec, appVersion string, values map[string]any, prev []corev1.Secret) error {
+func (c *Runner) recordRelease(ctx context.Context, release string, s Spec, appVersion string, values map[string]any, prev []corev1.Secret) error {
 	rev := 1
 	secrets := c.CS.CoreV1().Secrets(s.TargetNamespace)
 	for _, p := range prev {
@@ -189,6 +189,9 @@ func (c *Controller) recordRelease(ctx context.Context, release string, s Spec, 
 			Labels: map[string]string{"name": release, "owner": "helm", "status": "deployed", "version": strconv.Itoa(rev), "modifiedAt": strconv.FormatInt(time.Now().Unix(), 10)}},
 		Type: "helm.sh/release.v1",
 		Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(gz.Bytes()))},
+	}
+	if s.ConfigHash != "" {
+		sec.Labels[ConfigHashLabel] = s.ConfigHash
 	}
 	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
 	return err
@@ -229,7 +232,7 @@ func truthy(m map[string]any, path ...string) (bool, bool) {
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // certManager renders the cert-manager chart (docs/upstream.md §5).
-func (c *Controller) certManager(ctx context.Context, release string, s Spec, values map[string]any, _ bool) error {
+func (c *Runner) certManager(ctx context.Context, release string, s Spec, values map[string]any, _ bool) error {
 	crdsEnabled, _ := truthy(values, "crds", "enabled")
 	installCRDs, _ := truthy(values, "installCRDs")
 	keep, keepSet := truthy(values, "crds", "keep")
@@ -275,7 +278,7 @@ func (c *Controller) certManager(ctx context.Context, release string, s Spec, va
 // operator renders the cluster-api-operator chart (docs/upstream.md §4.6):
 // its CRDs (the real ones, kept on uninstall), the operator Deployment,
 // and the Certificate and Issuer that need cert-manager first.
-func (c *Controller) operator(ctx context.Context, release string, s Spec, values map[string]any, upgrade bool) error {
+func (c *Runner) operator(ctx context.Context, release string, s Spec, values map[string]any, upgrade bool) error {
 	var missing []string
 	for _, k := range []struct{ name, kind, plural string }{{"capi-operator-serving-cert", "Certificate", "certificates"}, {"capi-operator-selfsigned-issuer", "Issuer", "issuers"}} {
 		if _, err := c.DC.Resource(crdGVR).Get(ctx, k.plural+".cert-manager.io", metav1.GetOptions{}); apierrors.IsNotFound(err) {
@@ -333,7 +336,7 @@ func (c *Controller) operator(ctx context.Context, release string, s Spec, value
 
 // applyFixtureCRDs installs the real CRDs of fixtures/crds/<dir> with
 // annotations added.
-func (c *Controller) applyFixtureCRDs(ctx context.Context, dir string, annotations map[string]string) error {
+func (c *Runner) applyFixtureCRDs(ctx context.Context, dir string, annotations map[string]string) error {
 	files, _ := filepath.Glob(filepath.Join(c.LabDir, "crds", dir, "*.yaml"))
 	if len(files) == 0 {
 		return fmt.Errorf("the lab has no %s CRDs in %s", dir, filepath.Join(c.LabDir, "crds"))
@@ -366,7 +369,7 @@ func (c *Controller) applyFixtureCRDs(ctx context.Context, dir string, annotatio
 
 // applyCRD installs a CRD and waits until it is Established, as Helm's
 // install does for CRDs before the rest of a release.
-func (c *Controller) applyCRD(ctx context.Context, u *unstructured.Unstructured) error {
+func (c *Runner) applyCRD(ctx context.Context, u *unstructured.Unstructured) error {
 	return simkube.ApplyCRD(ctx, c.DC, u, "helm", 30*time.Second)
 }
 
@@ -404,7 +407,7 @@ func operatorDeployment(release, ns, name, version string, labels map[string]str
 // (config/rbac of cluster-api-operator v0.28.0, kustomize namePrefix
 // capi-operator-): every verb on every resource, as it installs
 // providers' CRDs and RBAC, and its leader election's Role.
-func (c *Controller) operatorRBAC(ctx context.Context, release, ns string) error {
+func (c *Runner) operatorRBAC(ctx context.Context, release, ns string) error {
 	meta := func(name, namespace string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm"},
 			Annotations: map[string]string{"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": ns}}

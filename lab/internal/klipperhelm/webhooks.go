@@ -1,4 +1,4 @@
-package helmctl
+package klipperhelm
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func WebhookPath(verb, kind string) string {
 // webhookOwnership is Helm's check, before it creates anything of a
 // release, that no object of the release exists owned by another: the
 // cluster-wide webhook configurations of a second operator release are.
-func (c *Controller) webhookOwnership(ctx context.Context, release string) error {
+func (c *Runner) webhookOwnership(ctx context.Context, release string) error {
 	cur, err := c.CS.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "capi-operator-validating-webhook-configuration", metav1.GetOptions{})
 	if err != nil {
 		return nil
@@ -48,7 +48,7 @@ func (c *Controller) webhookOwnership(ctx context.Context, release string) error
 // issues it from the chart's Certificate; the lab's k3s issues it here
 // from its own CA), and the validating and mutating configurations with
 // that CA as caBundle (cert-manager's cainjector's job).
-func (c *Controller) operatorWebhooks(ctx context.Context, release, ns string) error {
+func (c *Runner) operatorWebhooks(ctx context.Context, release, ns string) error {
 	if c.WebhookCA == nil {
 		return nil
 	}
