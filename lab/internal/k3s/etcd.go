@@ -18,10 +18,13 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The datastore. Upstream k3s keeps a lone server's data in SQLite
@@ -435,6 +438,59 @@ func promote(ctx context.Context, e *embed.Etcd, log io.Writer) error {
 	}
 }
 
+// addLearner checks the token against the cluster's bootstrap data,
+// removes a member already at this server's address, and adds this one as
+// a learner, as k3s adds members (k3s pkg/etcd/etcd.go: MemberAddAsLearner,
+// then its learner manager promotes it once in sync): a voting member
+// added before it runs would take quorum from a cluster of one until it
+// does, and the controllers' leases would lapse meanwhile.
+func addLearner(ctx context.Context, cl *clientv3.Client, serverURL, token string, me member, log io.Writer) (*clientv3.MemberAddResponse, error) {
+	res, err := cl.Get(ctx, bootstrapKey(token))
+	if err != nil {
+		return nil, fmt.Errorf("reach the cluster at %s: %w", serverURL, err)
+	}
+	if len(res.Kvs) == 0 {
+		return nil, fmt.Errorf("failed to validate token: the cluster at %s has no bootstrap data for this token", serverURL)
+	}
+	members, err := cl.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range members.Members {
+		for _, p := range m.PeerURLs {
+			if p == me.peerURL() {
+				logf(log, "Removing stale etcd member %s at %s", m.Name, p)
+				if _, err := cl.MemberRemove(ctx, m.ID); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	added, err := cl.MemberAddAsLearner(ctx, []string{me.peerURL()})
+	if err != nil {
+		return nil, fmt.Errorf("add etcd member %s: %w", me.name, err)
+	}
+	return added, nil
+}
+
+// transientEtcd says whether an etcd error passes by itself: the strict
+// reconfig check ("unhealthy cluster" until the last member added has been
+// connected for a while), a learner not promoted yet, a leader election,
+// a request timed out or a peer not reachable for the moment.
+func transientEtcd(err error) bool {
+	for _, e := range []error{rpctypes.ErrUnhealthy, rpctypes.ErrTooManyLearners, rpctypes.ErrMemberNotEnoughStarted,
+		rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
 // joinCluster adds this server's etcd member to the cluster of the server
 // at serverURL and returns the initial-cluster string it starts with. The
 // token must be the cluster's: its bootstrap data is sealed with it. A
@@ -453,38 +509,14 @@ func joinCluster(ctx context.Context, serverURL, token string, given bool, me me
 		return "", err
 	}
 	defer cl.Close()
-	res, err := cl.Get(ctx, bootstrapKey(token))
-	if err != nil {
-		return "", fmt.Errorf("reach the cluster at %s: %w", serverURL, err)
-	}
-	if len(res.Kvs) == 0 {
-		return "", fmt.Errorf("failed to validate token: the cluster at %s has no bootstrap data for this token", serverURL)
-	}
-	members, err := cl.MemberList(ctx)
-	if err != nil {
-		return "", err
-	}
-	for _, m := range members.Members {
-		for _, p := range m.PeerURLs {
-			if p == me.peerURL() {
-				logf(log, "Removing stale etcd member %s at %s", m.Name, p)
-				if _, err := cl.MemberRemove(ctx, m.ID); err != nil {
-					return "", err
-				}
-			}
-		}
-	}
-	// The member joins as a learner, as k3s adds members (k3s
-	// pkg/etcd/etcd.go: MemberAddAsLearner, then its learner manager
-	// promotes it once in sync): a voting member added before it runs
-	// would take quorum from a cluster of one until it does, and the
-	// controllers' leases would lapse meanwhile. etcd refuses a new member
-	// until the last one added is connected for a while (strict reconfig
-	// check: "unhealthy cluster"); k3s retries the join until it is.
+	// The cluster may be busy with the member added before this one (its
+	// promotion, a leader election): k3s retries its join until the
+	// cluster takes the member, and so does this, while the errors are
+	// etcd's passing ones.
 	var added *clientv3.MemberAddResponse
 	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		added, err = cl.MemberAddAsLearner(ctx, []string{me.peerURL()})
-		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") {
+		added, err = addLearner(ctx, cl, serverURL, token, me, log)
+		if err == nil || !transientEtcd(err) {
 			break
 		}
 		logf(log, "Waiting for the etcd cluster to accept a member: %v", err)
@@ -495,7 +527,7 @@ func joinCluster(ctx context.Context, serverURL, token string, given bool, me me
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("add etcd member %s: %w", me.name, err)
+		return "", err
 	}
 	logf(log, "Adding member %s=%s to etcd cluster", me.name, me.peerURL())
 	var parts []string
