@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -68,16 +66,7 @@ func (k *Kubelet) runHelm(ctx context.Context, p *corev1.Pod, st *podState, now 
 	for _, e := range ctr.Env {
 		env[e.Name] = e.Value
 	}
-	restart := st.restarts
-	if st.everStarted {
-		restart++
-	}
-	path := k.logPath(p.Namespace, p.Name, string(p.UID), ctr.Name, restart)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		st.waiting = &corev1.ContainerStateWaiting{Reason: "RunContainerError", Message: err.Error()}
-		return
-	}
-	logFile, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	logFile, err := k.openLog(p, ctr.Name, st)
 	if err != nil {
 		st.waiting = &corev1.ContainerStateWaiting{Reason: "RunContainerError", Message: err.Error()}
 		return

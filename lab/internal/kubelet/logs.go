@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The container log files are kept as containerd keeps them, in the CRI
@@ -31,6 +33,20 @@ func (k *Kubelet) logPath(ns, pod, uid, container string, restart int32) string 
 		dir = LogDir
 	}
 	return filepath.Join(dir, ns+"_"+pod+"_"+uid, container, strconv.Itoa(int(restart))+".log")
+}
+
+// openLog opens the log file of the container's next start (its first,
+// or the restart about to be counted).
+func (k *Kubelet) openLog(p *corev1.Pod, container string, st *podState) (*os.File, error) {
+	restart := st.restarts
+	if st.everStarted {
+		restart++
+	}
+	path := k.logPath(p.Namespace, p.Name, string(p.UID), container, restart)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 }
 
 // criWriter writes a container's streams into its log file as CRI

@@ -203,15 +203,7 @@ func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState
 		return nil, "RunContainerError", err
 	}
 	// Where the kubelet keeps a container's log: one file per start.
-	restart := st.restarts
-	if st.everStarted {
-		restart++
-	}
-	path := k.logPath(p.Namespace, p.Name, string(p.UID), ctr.Name, restart)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, "RunContainerError", err
-	}
-	logFile, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	logFile, err := k.openLog(p, ctr.Name, st)
 	if err != nil {
 		return nil, "RunContainerError", err
 	}
