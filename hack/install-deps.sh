@@ -2,12 +2,12 @@
 # Installs the Debian packages the tests and the lab need, when missing:
 # OpenSSH server and client (real SSH everywhere), sudo (becoming root on the
 # VM), iproute2 and util-linux (the lab's namespaces, unshare, nsenter,
-# flock, setsid), arping (a booting VM announces its address), curl and
+# flock, setsid), nftables (the pod network's masquerading), arping (a booting VM announces its address), curl and
 # ca-certificates (downloads on the simulated hosts), procps, patch (diff
 # tests apply their output), make.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-pkgs="iputils-arping openssh-server openssh-client sudo iproute2 util-linux procps patch make curl ca-certificates passwd openssl"
+pkgs="iputils-arping nftables openssh-server openssh-client sudo iproute2 util-linux procps patch make curl ca-certificates passwd openssl"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -90,6 +90,22 @@ func TestHA(t *testing.T) {
 	if r := e.viaVIP("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`); r.Stdout != "TrueTrueTrueTrueTrue" {
 		t.Errorf("providers through the VIP: %+v", r)
 	}
+	// kube-vip runs as its DaemonSet's pods, one per server, on the
+	// node's address (hostNetwork), with its ServiceAccount: the holder's
+	// container log says it took the address. Other pods have addresses
+	// of their own, from their node's pod CIDR.
+	if r := e.viaVIP("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=kube-vip-ds", "-o",
+		`jsonpath={range .items[*]}{.spec.nodeName}={.status.phase},{.status.containerStatuses[0].ready} {end}`); strings.Count(r.Stdout, "=Running,true ") != 3 {
+		t.Errorf("kube-vip's pods: %+v", r)
+	}
+	vipHolder := e.viaVIP("get", "lease", "-n", "kube-system", "plndr-cp-lock", "-o", "jsonpath={.spec.holderIdentity}").Stdout
+	vipPod := e.viaVIP("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=kube-vip-ds", "--field-selector", "spec.nodeName="+vipHolder, "-o", "name").Stdout
+	if r := e.viaVIP("-n", "kube-system", "logs", strings.TrimSpace(vipPod)); !strings.Contains(r.Stdout, vipHolder+" is assuming leadership of the cluster, "+lab.VIPAddr) {
+		t.Errorf("kubectl logs %s (the VIP's holder %s): %+v", vipPod, vipHolder, r)
+	}
+	if r := e.viaVIP("get", "nodes", "-o", `jsonpath={range .items[*]}{.spec.podCIDR} {end}`); r.Stdout != "10.42.0.0/24 10.42.1.0/24 10.42.2.0/24 " {
+		t.Errorf("the nodes' pod CIDRs: %+v", r)
+	}
 	b, _ := os.ReadFile(filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig"))
 	if !strings.Contains(string(b), "server: https://"+lab.VIPAddr+":6443") {
 		t.Errorf("admin kubeconfig is not at the VIP:\n%s", b)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
@@ -77,6 +78,15 @@ func TestVerification(t *testing.T) {
 		if running[ns] != n {
 			t.Errorf("kubectl get pods -A: %d of %s's pods Running 1/1, want %d:\n%s%s", running[ns], ns, n, r.Stdout, r.Stderr)
 		}
+	}
+	// Each pod has an address of its own from its node's pod CIDR (the
+	// lab's flannel and CNI plugins, podnet); the API server reaches the
+	// operator's webhook there, through its Service's EndpointSlice.
+	cidr := e.adminKubectl("get", "node", "lab-mgmt", "-o", "jsonpath={.spec.podCIDR}").Stdout
+	opIP := e.adminKubectl("-n", "capi-operator-system", "get", "pods", "-l", "clusterctl.cluster.x-k8s.io/core=capi-operator", "-o", "jsonpath={.items[*].status.podIP}").Stdout
+	eps := e.adminKubectl("-n", "capi-operator-system", "get", "endpointslices", "-l", "kubernetes.io/service-name=capi-operator-webhook-service", "-o", "jsonpath={.items[*].endpoints[*].addresses[*]}").Stdout
+	if cidr != "10.42.0.0/24" || !strings.HasPrefix(opIP, "10.42.0.") || eps != opIP {
+		t.Errorf("pod network: node's pod CIDR %q, operator pod's IP %q, webhook EndpointSlice %q", cidr, opIP, eps)
 	}
 	if r := e.adminKubectl("get", "replicasets", "-n", "capi-system", "-o", "jsonpath={.items[*].status.readyReplicas}"); r.Stdout != "1" {
 		t.Errorf("kubectl get replicasets: %+v", r)
@@ -154,6 +164,26 @@ func TestVerification(t *testing.T) {
 		if r := e.Run("", labtest.Kubectl(t), "--kubeconfig", ro, "auth", "can-i", c.verb, c.res, "-A"); strings.TrimSpace(r.Stdout) != c.want {
 			t.Errorf("inspector can-i %s %s = %q", c.verb, c.res, r.Stdout)
 		}
+	}
+	// A rollout of the operator's Deployment, as `kubectl rollout
+	// restart` makes one: upstream's controller starts the new pod beside
+	// the old one (each on its own address, both listening on the
+	// webhook and probe ports), waits for it to be ready, then stops the
+	// old one.
+	mustSucceed(t, e.adminKubectl("-n", "capi-operator-system", "rollout", "restart", "deploy/cluster-api-operator"), "rollout restart")
+	if r := e.adminKubectl("-n", "capi-operator-system", "rollout", "status", "deploy/cluster-api-operator", "--timeout=180s"); r.Code != 0 || !strings.Contains(r.Stdout, "successfully rolled out") {
+		t.Errorf("kubectl rollout status: %+v", r)
+	}
+	// The old pod may still be terminating (its grace period).
+	var pods string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+		pods = e.adminKubectl("-n", "capi-operator-system", "get", "pods", "-o", `jsonpath={range .items[*]}{.status.podIP},{.status.containerStatuses[0].ready},{.status.containerStatuses[0].restartCount} {end}`).Stdout
+		if len(strings.Fields(pods)) == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if f := strings.Fields(pods); len(f) != 1 || strings.HasPrefix(f[0], opIP+",") || !strings.HasSuffix(f[0], ",true,0") {
+		t.Errorf("the operator's pods after the rollout: %q (the old one at %s)", pods, opIP)
 	}
 	// A Cluster in the management cluster changes nothing mgmtctl owns.
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {

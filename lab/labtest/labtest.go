@@ -93,7 +93,7 @@ func Skip(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Skip("the lab needs root (network namespaces and mounts)")
 	}
-	for _, tool := range []string{"ip", "unshare", "nsenter", "ssh", "ssh-keygen", "/usr/sbin/sshd"} {
+	for _, tool := range []string{"ip", "nft", "unshare", "nsenter", "ssh", "ssh-keygen", "/usr/sbin/sshd"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("the lab needs %s (.ci/run installs it)", tool)
 		}

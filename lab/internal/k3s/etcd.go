@@ -428,6 +428,16 @@ func promote(ctx context.Context, e *embed.Etcd, log io.Writer) error {
 		_, err := cl.MemberPromote(ctx, id)
 		if err == nil {
 			logf(log, "Promoted etcd member %s to voter", e.Config().Name)
+			// The promotion is the leader's; this member serves reads
+			// only once it has applied it ("rpc not supported for
+			// learner" until then), a raft round trip later.
+			for e.Server.IsLearner() {
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("etcd member %s: the promotion not applied: %w", e.Config().Name, ctx.Err())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
 			return nil
 		}
 		select {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -39,8 +40,8 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/internal/controlplane"
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/kubelet"
-	"github.com/mgmtctl/mgmtctl/lab/internal/kubevip"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
+	"github.com/mgmtctl/mgmtctl/lab/internal/podnet"
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
@@ -466,7 +467,8 @@ func Server(args []string, log io.Writer) error {
 	// k3s's agent in the same process: its kubelet registers the node
 	// and runs the pods bound to it.
 	kl := &kubelet.Kubelet{CS: cs, Node: hostname, IP: ip, Version: Version(), Etcd: dir == etcdDir, LabDir: labDir(), CA: serverCA.CertPEM, Log: log,
-		Helm: &klipperhelm.Runner{CS: cs, DC: dc, LabDir: labDir(), WebhookCA: webhookCA}}
+		Helm: &klipperhelm.Runner{CS: cs, DC: dc, LabDir: labDir(), WebhookCA: webhookCA},
+		Net:  &podnet.Network{ClusterCIDR: netip.MustParsePrefix(clusterCIDR)}}
 	if err := kl.Register(ctx); err != nil {
 		return err
 	}
@@ -514,27 +516,16 @@ func Server(args []string, log io.Writer) error {
 	}()
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
-	// kube-vip, when its DaemonSet is deployed: the lab runs its pod's
-	// work here, on this node.
-	vipDone := make(chan struct{})
-	go func() {
-		defer close(vipDone)
-		(&kubevip.Node{CS: cs, Name: hostname, Log: log, IP: kubevip.IPCommand, Announce: kubevip.Arping}).Run(ctx)
-	}()
-
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case <-sig:
-		// A stopping server gives the address up (its pod would be
-		// stopped with it), so the next holder is the only one.
+		// The pods' containers stop with their server: kube-vip's
+		// gives the address up, so the next holder is the only one.
 		cancel()
-		// The pods' containers stop with their server.
-		for _, done := range []chan struct{}{vipDone, kubeletDone} {
-			select {
-			case <-done:
-			case <-time.After(3 * time.Second):
-			}
+		select {
+		case <-kubeletDone:
+		case <-time.After(3 * time.Second):
 		}
 		return nil
 	case code := <-apiDone:

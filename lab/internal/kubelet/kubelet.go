@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
+	"github.com/mgmtctl/mgmtctl/lab/internal/podnet"
 )
 
 // The kubelet's timings (k8s.io/kubelet/config/v1beta1 defaults, which
@@ -66,6 +67,16 @@ type Kubelet struct {
 	LogDir string
 	// Helm does the work of klipper-helm's containers.
 	Helm *klipperhelm.Runner
+	// Net is the node's pod network; without it, every pod has the
+	// node's address.
+	Net *podnet.Network
+	// PodDir is where pods' volumes are kept (/var/lib/kubelet/pods
+	// when empty).
+	PodDir string
+	// VIPCommands replace kube-vip's ip and arping, and PodClient the
+	// client a container makes from its token file (tests).
+	VIPCommands *VIPCommands
+	PodClient   func(tokenFile string) (kubernetes.Interface, error)
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -223,6 +234,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 	defer k.stopAll()
 	go k.renewLease(ctx)
 	go k.nodeStatus(ctx)
+	go k.runNetwork(ctx)
 	tick := time.NewTicker(podSync)
 	defer tick.Stop()
 	for {
@@ -295,9 +307,11 @@ func (k *Kubelet) syncPods(ctx context.Context) {
 		return
 	}
 	seen := map[types.UID]bool{}
+	bound := map[string]bool{}
 	for i := range list.Items {
 		p := &list.Items[i]
 		seen[p.UID] = true
+		bound[string(p.UID)] = true
 		if err := k.syncPod(ctx, p); err != nil && ctx.Err() == nil {
 			k.logf("pod %s/%s: %v", p.Namespace, p.Name, err)
 		}
@@ -315,6 +329,7 @@ func (k *Kubelet) syncPods(ctx context.Context) {
 	for _, st := range gone {
 		st.stop()
 	}
+	k.collect(bound)
 }
 
 func (k *Kubelet) stopAll() {

@@ -47,12 +47,12 @@ func TestPodStatus(t *testing.T) {
 	now := metav1.NewTime(time.Unix(1000, 0))
 	p := pod(nil, "quay.io/jetstack/cert-manager-webhook:v1.21.2")
 
-	// Running and ready.
-	st := &podState{startTime: now}
+	// Running and ready, in its sandbox.
+	st := &podState{startTime: now, ip: "10.42.0.7"}
 	st.start(now.Time)
 	st.ready = true
 	s := k.podStatus(p, st, now)
-	if s.Phase != corev1.PodRunning || s.PodIP != "192.0.2.50" || s.HostIP != "192.0.2.50" || s.QOSClass != corev1.PodQOSBestEffort {
+	if s.Phase != corev1.PodRunning || s.PodIP != "10.42.0.7" || len(s.PodIPs) != 1 || s.HostIP != "192.0.2.50" || s.QOSClass != corev1.PodQOSBestEffort {
 		t.Errorf("running: %+v", s)
 	}
 	conds := map[corev1.PodConditionType]corev1.ConditionStatus{}
@@ -76,12 +76,15 @@ func TestPodStatus(t *testing.T) {
 		}
 	}
 
-	// Not started yet: Pending, ContainerCreating, not ready.
+	// No sandbox yet: Pending, ContainerCreating, not ready, no address.
 	s = k.podStatus(p, &podState{startTime: now}, now)
-	if s.Phase != corev1.PodPending || s.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating" || s.ContainerStatuses[0].Ready {
+	if s.Phase != corev1.PodPending || s.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating" || s.ContainerStatuses[0].Ready || s.PodIP != "" {
 		t.Errorf("not started: %+v", s)
 	}
 	for _, c := range s.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers && c.Status != corev1.ConditionFalse {
+			t.Errorf("no sandbox: %+v", c)
+		}
 		if c.Type == corev1.PodReady && (c.Status != corev1.ConditionFalse || c.Reason != "ContainersNotReady" || c.Message != "containers with unready status: [manager]") {
 			t.Errorf("not started: %+v", c)
 		}
@@ -89,7 +92,7 @@ func TestPodStatus(t *testing.T) {
 
 	// Crashed: Running (it restarts), waiting in CrashLoopBackOff, its
 	// last state the exit; the back-off doubles.
-	st = &podState{startTime: now}
+	st = &podState{startTime: now, ip: "10.42.0.8"}
 	st.start(now.Time)
 	st.exit(now.Time.Add(time.Second), 1, "unable to initialize Proxmox client: 401 Unauthorized")
 	if st.next.Sub(now.Time) != 11*time.Second {

@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -86,17 +87,16 @@ func (k *Kubelet) runOperator(ctx context.Context, p *corev1.Pod, st *podState, 
 			st.exit(now, code, "")
 			k.logf("operator in %s/%s exited (%v); back-off until %s", p.Namespace, p.Name, ps, st.next.Format(time.RFC3339))
 		default:
-			if !st.ready && probe(ctx, healthPort(p)) {
+			if !st.ready && probe(ctx, st.ip, healthPort(p)) {
 				st.ready = true
 				k.logf("operator in %s/%s ready", p.Namespace, p.Name)
 			}
 		}
 		return
 	}
-	if st.yielded || now.Before(st.next) {
+	if now.Before(st.next) {
 		return
 	}
-	k.yieldTo(p, st, now)
 	proc, reason, err := k.startOperator(ctx, p, st)
 	if err != nil {
 		// Not started: the reason is the kubelet's (a volume not
@@ -107,32 +107,6 @@ func (k *Kubelet) runOperator(ctx context.Context, p *corev1.Pod, st *podState, 
 		return
 	}
 	st.proc = proc
-}
-
-// yieldTo stops the container of every older operator pod on this node
-// before p's starts. The lab's pods share their server's network (it has
-// no CNI), so two operators on one node cannot both listen on the
-// webhook and probe ports, as their pods could, each with its own
-// network namespace; a rollout of the operator's Deployment would wait
-// for ever on a container that cannot bind. The older one gives way,
-// shown as a container stopped and not restarted (not ready), and the
-// Deployment's rollout goes on as upstream's controller drives it.
-func (k *Kubelet) yieldTo(p *corev1.Pod, st *podState, now time.Time) {
-	k.mu.Lock()
-	var older []*podState
-	for _, o := range k.pods {
-		if o != st && o.kind == operator && o.proc != nil && !o.yielded && o.created.Before(st.created) {
-			older = append(older, o)
-		}
-	}
-	k.mu.Unlock()
-	for _, o := range older {
-		o.stop()
-		o.yielded = true
-		o.exit(now, 143, "stopped for the newer operator pod "+p.Namespace+"/"+p.Name+" (the lab's pods share their server's network)")
-		o.waiting = &corev1.ContainerStateWaiting{Reason: "Yielded", Message: o.last.Message}
-		k.logf("operator pod %s stops for %s/%s", o.uid, p.Namespace, p.Name)
-	}
 }
 
 // binary is the operator build for the container's image tag.
@@ -178,7 +152,7 @@ func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState
 	if sa == "" {
 		sa = "default"
 	}
-	if err := k.writeToken(ctx, p, sa); err != nil {
+	if err := k.writeToken(ctx, p, sa, saDir); err != nil {
 		return nil, "ContainerCreating", err
 	}
 	home := "/var/lib/lab-pods/" + p.Namespace + "_" + p.Name
@@ -210,7 +184,13 @@ func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState
 	cw := &criWriter{f: logFile}
 	stdout, stderr := cw.stream("stdout"), cw.stream("stderr")
 	cctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(cctx, bin, ctr.Args...)
+	argv := append([]string{bin}, ctr.Args...)
+	if k.Net != nil && !p.Spec.HostNetwork {
+		// In the pod's network namespace, as the container joins its
+		// sandbox's.
+		argv = append([]string{"nsenter", "--net=" + k.Net.Path(string(p.UID)), "--"}, argv...)
+	}
+	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, stdout, stderr
 	// The container dies with k3s (a stopped VM's processes all go).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -239,13 +219,13 @@ func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState
 	}()
 	st.start(time.Now())
 	k.logf("started operator %s (pid %d) in %s/%s: %s %s", ctr.Image, cmd.Process.Pid, p.Namespace, p.Name, filepath.Base(bin), strings.Join(ctr.Args, " "))
-	go k.refreshToken(cctx, p, sa)
+	go k.refreshToken(cctx, p, sa, saDir)
 	return proc, "", nil
 }
 
 // writeToken puts a fresh token for the ServiceAccount, bound to the pod,
-// the CA and the namespace where a pod's projected volume has them.
-func (k *Kubelet) writeToken(ctx context.Context, p *corev1.Pod, sa string) error {
+// the CA and the namespace in dir, as a pod's projected volume has them.
+func (k *Kubelet) writeToken(ctx context.Context, p *corev1.Pod, sa, dir string) error {
 	exp := int64(tokenTTL / time.Second)
 	tr, err := k.CS.CoreV1().ServiceAccounts(p.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp,
@@ -253,17 +233,17 @@ func (k *Kubelet) writeToken(ctx context.Context, p *corev1.Pod, sa string) erro
 	if err != nil {
 		return fmt.Errorf("token for ServiceAccount %s/%s: %w", p.Namespace, sa, err)
 	}
-	return writeDir(saDir, map[string][]byte{"token": []byte(tr.Status.Token), "ca.crt": k.CA, "namespace": []byte(p.Namespace)})
+	return writeDir(dir, map[string][]byte{"token": []byte(tr.Status.Token), "ca.crt": k.CA, "namespace": []byte(p.Namespace)})
 }
 
-func (k *Kubelet) refreshToken(ctx context.Context, p *corev1.Pod, sa string) {
+func (k *Kubelet) refreshToken(ctx context.Context, p *corev1.Pod, sa, dir string) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(tokenTTL * 8 / 10):
 		}
-		if err := k.writeToken(ctx, p, sa); err != nil {
+		if err := k.writeToken(ctx, p, sa, dir); err != nil {
 			k.logf("%v", err)
 		}
 	}
@@ -304,11 +284,12 @@ func healthPort(p *corev1.Pod) int {
 	return 9440
 }
 
-// probe is the readiness probe: GET /readyz answers 200.
-func probe(ctx context.Context, port int) bool {
+// probe is the readiness probe: GET /readyz on the pod's address
+// answers 200.
+func probe(ctx context.Context, ip string, port int) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/readyz", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(port))+"/readyz", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false

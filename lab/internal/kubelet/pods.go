@@ -16,13 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
+	"github.com/mgmtctl/mgmtctl/lab/internal/kubevip"
 )
 
 // kind is what stands in for a pod's container.
 type kind int
 
 const (
-	// plain: the container starts and is ready (cert-manager's, kube-vip's).
+	// plain: the container starts and is ready (cert-manager's).
 	plain kind = iota
 	// operator: upstream's cluster-api-operator binary, run as a process.
 	operator
@@ -32,6 +33,8 @@ const (
 	// helmJob: a helm-controller Job's pod, klipper-helm's container
 	// (helm.go).
 	helmJob
+	// kubeVIP: a kube-vip pod, its control-plane election (vip.go).
+	kubeVIP
 )
 
 // operatorPods selects the operator's pods (OperatorSelector).
@@ -52,6 +55,11 @@ func kindOf(p *corev1.Pod) kind {
 		return provider
 	case len(p.Spec.Containers) > 0 && strings.Contains(p.Spec.Containers[0].Image, klipperhelm.Image):
 		return helmJob
+	}
+	if len(p.Spec.Containers) > 0 {
+		if _, ok := kubevip.FromContainer(p.Spec.Containers[0]); ok {
+			return kubeVIP
+		}
 	}
 	return plain
 }
@@ -78,10 +86,9 @@ type podState struct {
 	// next is when a crashed container may start again (back-off).
 	next time.Time
 	proc *process
-	// created is the pod's creation; yielded marks an operator container
-	// that gave its ports to a newer one (runOperator).
-	created time.Time
-	yielded bool
+	// ip is the pod's address: its sandbox's, or the node's for a pod
+	// on the host's network; "" while it has no sandbox yet.
+	ip string
 }
 
 func (st *podState) stop() {
@@ -133,14 +140,15 @@ func (st *podState) complete(now time.Time) {
 // state is the pod's state, made on first sight. A pod that already has
 // a status was run by this kubelet before k3s restarted: containerd
 // keeps containers running across that, so a stood-in container still
-// runs; the operator's process did not survive, and is restarted.
+// runs; the operator's process and kube-vip's election did not survive,
+// and are restarted.
 func (k *Kubelet) state(p *corev1.Pod) *podState {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if st, ok := k.pods[p.UID]; ok {
 		return st
 	}
-	st := &podState{uid: p.UID, kind: kindOf(p), startTime: apiNow(), created: p.CreationTimestamp.Time}
+	st := &podState{uid: p.UID, kind: kindOf(p), startTime: apiNow()}
 	if len(p.Spec.Containers) > 0 {
 		st.ref = fmt.Sprintf("container=%s pod=%s_%s(%s)", p.Spec.Containers[0].Name, p.Name, p.Namespace, p.UID)
 	}
@@ -149,7 +157,7 @@ func (k *Kubelet) state(p *corev1.Pod) *podState {
 	}
 	if cs := p.Status.ContainerStatuses; len(cs) > 0 {
 		st.restarts, st.everStarted = cs[0].RestartCount, cs[0].State.Running != nil || cs[0].LastTerminationState.Terminated != nil
-		if r := cs[0].State.Running; r != nil && st.kind != operator {
+		if r := cs[0].State.Running; r != nil && st.kind != operator && st.kind != kubeVIP {
 			t := r.StartedAt
 			st.started, st.ready = &t, cs[0].Ready
 		}
@@ -168,6 +176,8 @@ func (k *Kubelet) forget(uid types.UID) {
 // syncPod runs one pod one step on and writes its status.
 func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) error {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		// A finished pod's sandbox goes; its status keeps its address.
+		k.teardown(p)
 		return nil
 	}
 	st := k.state(p)
@@ -175,6 +185,7 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) error {
 		// The containers are stopped, then the pod is deleted for good,
 		// as the kubelet's status manager does once they are gone.
 		st.stop()
+		k.teardown(p)
 		zero := int64(0)
 		err := k.CS.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -187,6 +198,17 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) error {
 		return nil
 	}
 	now := time.Now()
+	if st.ip == "" {
+		if err := k.sandbox(p, st); err != nil {
+			// No sandbox, no container: the pod waits in
+			// ContainerCreating, as the kubelet's FailedCreatePodSandBox.
+			st.waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+			if werr := k.writeStatus(ctx, p, st); werr != nil {
+				return werr
+			}
+			return err
+		}
+	}
 	switch st.kind {
 	case operator:
 		k.runOperator(ctx, p, st, now)
@@ -194,6 +216,8 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) error {
 		k.runProvider(ctx, p, st, now)
 	case helmJob:
 		k.runHelm(ctx, p, st, now)
+	case kubeVIP:
+		k.runKubeVIP(ctx, p, st, now)
 	default:
 		if st.started == nil {
 			st.start(now)
@@ -220,8 +244,8 @@ func (k *Kubelet) writeStatus(ctx context.Context, p *corev1.Pod, st *podState) 
 }
 
 // podStatus is the status a kubelet writes for p: its phase, conditions,
-// addresses (the node's: the lab's pods share their server's network,
-// as hostNetwork pods do) and container statuses.
+// addresses (its sandbox's, or the node's on the host's network) and
+// container statuses.
 func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1.PodStatus {
 	s := *p.Status.DeepCopy()
 	s.Phase = corev1.PodPending
@@ -232,7 +256,9 @@ func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1
 		s.Phase = corev1.PodSucceeded
 	}
 	s.HostIP, s.HostIPs = k.IP, []corev1.HostIP{{IP: k.IP}}
-	s.PodIP, s.PodIPs = k.IP, []corev1.PodIP{{IP: k.IP}}
+	if st.ip != "" {
+		s.PodIP, s.PodIPs = st.ip, []corev1.PodIP{{IP: st.ip}}
+	}
 	start := st.startTime
 	s.StartTime = &start
 	var names []string
@@ -257,6 +283,9 @@ func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1
 		reason = "ContainersNotReady"
 	}
 	sandbox := corev1.ConditionTrue
+	if st.ip == "" {
+		sandbox = corev1.ConditionFalse
+	}
 	if st.done != nil {
 		// A completed pod's sandbox is gone; its readiness says why.
 		sandbox, reason, notReady = corev1.ConditionFalse, "PodCompleted", ""
