@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
@@ -240,6 +241,33 @@ func TestFullRun(t *testing.T) {
 	}
 	e.editConfig("  certManager:\n    version: v1.99.0\n", "")
 	mustSucceed(t, e.apply("--tags", "addons"), "back to the pinned chart")
+
+	// A values key upstream's chart refuses (its values.schema.json),
+	// planted as a user would plant it, through a HelmChartConfig that
+	// helm-controller merges into the Job's values: Helm's own error,
+	// read from the Job's Pod's log, is in mgmtctl's; once it is gone, a
+	// run converges.
+	e.kubectlApply("bad-values", "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\nmetadata:\n  name: cert-manager\n  namespace: kube-system\nspec:\n  valuesContent: |-\n    replicaz: 2\n")
+	// helm-controller replaces the Job for the new config hash; the run
+	// starts once that Job's first attempt failed (a run started before
+	// would see the old Job's success).
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		if e.jsonpath("pods", "kube-system", `{range .items[?(@.metadata.labels.job-name=="helm-install-cert-manager")]}{.status.containerStatuses[0].lastState.terminated.exitCode}{end}`) != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("helm-controller ran no failing Job for the HelmChartConfig")
+		}
+	}
+	r = e.apply("--tags", "addons", "--wait-timeout", "20s")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "cert-manager v1.21.2 not usable after 20s: its helm-install Job kept failing while helm-controller retried it") ||
+		!strings.Contains(r.Stderr, "; the end of Pod helm-install-cert-manager-") ||
+		!strings.Contains(r.Stderr, "Error: UPGRADE FAILED: values don't meet the specifications of the schema(s) in the following chart(s):") ||
+		!strings.Contains(r.Stderr, "replicaz") {
+		t.Errorf("values the chart's schema refuses: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	mustSucceed(t, e.adminKubectl("delete", "helmchartconfig", "-n", "kube-system", "cert-manager"), "remove the HelmChartConfig")
+	mustSucceed(t, e.apply("--tags", "addons"), "the chart's values valid again")
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
 		t.Errorf("final run: %s", got)
 	}

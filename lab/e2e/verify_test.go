@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,26 @@ func TestVerification(t *testing.T) {
 	}
 	if r := e.adminKubectl("get", "nodes", "-o", "wide"); r.Code != 0 || !strings.Contains(r.Stdout, "lab-mgmt   Ready    control-plane,etcd") && !strings.Contains(r.Stdout, "lab-mgmt   Ready    control-plane,master") {
 		t.Errorf("kubectl get nodes -o wide:\n%s%s", r.Stdout, r.Stderr)
+	}
+	// helm list -A, Helm's own CLI (built from the Helm module the lab's
+	// klipper-helm links) reading the release Secrets: both releases
+	// deployed, at the pinned charts, upstream's app versions.
+	kcfg := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
+	r = e.Run("", labtest.Helm(t), "--kubeconfig", kcfg, "list", "-A")
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^cert-manager\s+cert-manager\s+\d+\s+.*\s+deployed\s+cert-manager-v1\.21\.2\s+v1\.21\.2\s*$`),
+		regexp.MustCompile(`(?m)^cluster-api-operator\s+capi-operator-system\s+\d+\s+.*\s+deployed\s+cluster-api-operator-0\.28\.0\s+v0\.28\.0\s*$`),
+	} {
+		if r.Code != 0 || !want.MatchString(r.Stdout) {
+			t.Errorf("helm list -A: no line like %s:\n%s%s", want, r.Stdout, r.Stderr)
+		}
+	}
+	if r := e.adminKubectl("get", "secrets", "-A", "-l", "owner=helm,status=deployed", "-o", "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.labels.name} {end}"); r.Stdout != "capi-operator-system/cluster-api-operator cert-manager/cert-manager " {
+		t.Errorf("kubectl get secrets -A -l owner=helm: %+v", r)
+	}
+	// What Helm rendered from upstream's chart is what it stored.
+	if r := e.Run("", labtest.Helm(t), "--kubeconfig", kcfg, "get", "manifest", "-n", "capi-operator-system", "cluster-api-operator"); !strings.Contains(r.Stdout, "name: capi-operator-serving-cert") {
+		t.Errorf("helm get manifest cluster-api-operator: %.2000s%s", r.Stdout, r.Stderr)
 	}
 	// The operator's own log lines, through the API server and the
 	// kubelet's API, as the seed's verification reads them.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/fixtures"
+	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
@@ -41,6 +42,10 @@ var (
 
 // Kubectl is the path of the lab's kubectl (built with Binary).
 func Kubectl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "kubectl") }
+
+// Helm is the path of Helm's CLI, built from the Helm module the lab's
+// klipper-helm links (built with Binary).
+func Helm(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "helm") }
 
 // Clusterctl is the path of upstream's clusterctl (built with Binary).
 func Clusterctl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "clusterctl") }
@@ -71,6 +76,7 @@ func Binary(t testing.TB) string {
 			{lab, binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim", KubectlLDFlags},
 			{lab, filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s", KubectlLDFlags},
 			{lab, filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl", KubectlLDFlags},
+			{lab, filepath.Join(dir, "helm"), "helm.sh/helm/v3/cmd/helm", "-X helm.sh/helm/v3/internal/version.version=" + klipperhelm.HelmVersion},
 			{upstream, filepath.Join(dir, "cluster-api-operator-"+OperatorVersion), "sigs.k8s.io/cluster-api-operator/cmd", "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=" + OperatorVersion},
 			{upstream, filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion},
 		} {

@@ -1,11 +1,7 @@
 package klipperhelm
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,7 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	helmtime "helm.sh/helm/v3/pkg/time"
+
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
 )
 
@@ -35,28 +36,16 @@ type result struct {
 	err error
 }
 
-// index is the part of a repository's index.yaml helm resolves from.
-type index struct {
-	Entries map[string][]struct {
-		Version    string `json:"version"`
-		AppVersion string `json:"appVersion"`
-	} `json:"entries"`
-}
-
-// sameVersion compares as helm's semver constraints do: a leading v does
-// not matter.
-func sameVersion(a, b string) bool { return strings.TrimPrefix(a, "v") == strings.TrimPrefix(b, "v") }
-
 // helm does what klipper-helm's entry does for an install Job: helm
 // status, then install or upgrade the release from the repository.
-func (c *Runner) helm(ctx context.Context, release string, s Spec) result {
-	rels, err := c.releases(ctx, release, s.TargetNamespace)
+func (c *Runner) helm(ctx context.Context, name string, s Spec) result {
+	rels, err := c.releases(ctx, name, s.TargetNamespace)
 	if err != nil {
 		return result{err: err}
 	}
 	upgrade := len(rels) > 0 && rels[len(rels)-1].Labels["status"] == "deployed"
 	if upgrade && s.ConfigHash != "" && rels[len(rels)-1].Labels[ConfigHashLabel] == s.ConfigHash {
-		return result{log: fmt.Sprintf("Release %s is already deployed with config hash %s\n", release, s.ConfigHash)}
+		return result{log: fmt.Sprintf("Release %s is already deployed with config hash %s\n", name, s.ConfigHash)}
 	}
 	verb, failed := "Installing", "INSTALLATION FAILED"
 	if upgrade {
@@ -66,31 +55,24 @@ func (c *Runner) helm(ctx context.Context, release string, s Spec) result {
 	fail := func(format string, args ...any) result {
 		return result{log: log, err: fmt.Errorf("Error: "+failed+": "+format, args...)}
 	}
-	if c.fault(release) {
-		return fail("labsim fault helm-fail is on for %s", release)
+	if c.fault(name) {
+		return fail("labsim fault helm-fail is on for %s", name)
 	}
-	appVersion := ""
+	// A chart from no repository (a name the lab's repositories do not
+	// hold) is recorded as it is named.
+	rel := &release.Release{Name: name, Namespace: s.TargetNamespace, Config: s.Values,
+		Chart: &chart.Chart{Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: s.Chart, Version: s.Version}}}
 	if s.Repo != "" {
-		// klipper-helm adds the repository under the HelmChart's name and
-		// installs <name>/<chart>.
-		idx, err := c.fetchIndex(ctx, s.Repo)
+		r, err := c.renderChart(ctx, name, s)
+		var re *RepoError
+		if errors.As(err, &re) {
+			// helm repo add failed: klipper-helm stops before install.
+			return result{log: log, err: fmt.Errorf("Error: %v", err)}
+		}
 		if err != nil {
-			return result{log: log, err: fmt.Errorf("Error: looks like %q is not a valid chart repository or cannot be reached: %v", s.Repo, err)}
+			return fail("%v", err)
 		}
-		versions, ok := idx.Entries[s.Chart]
-		if !ok {
-			return fail("chart %q not found in %s index. (try 'helm repo update'): no chart name found", s.Chart, release)
-		}
-		found := false
-		for _, v := range versions {
-			if s.Version == "" || sameVersion(v.Version, s.Version) {
-				found, appVersion = true, v.AppVersion
-				break
-			}
-		}
-		if !found {
-			return fail("chart %q matching %s not found in %s index. (try 'helm repo update'): no chart version found for %s-%s", s.Chart, s.Version, release, s.Chart, s.Version)
-		}
+		rel = r
 	}
 	if _, err := c.CS.CoreV1().Namespaces().Get(ctx, s.TargetNamespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		if !s.CreateNamespace {
@@ -110,30 +92,13 @@ func (c *Runner) helm(ctx context.Context, release string, s Spec) result {
 	default:
 		render = func(context.Context, string, Spec, map[string]any, bool) error { return nil }
 	}
-	if err := render(ctx, release, s, values, upgrade); err != nil {
+	if err := render(ctx, name, s, values, upgrade); err != nil {
 		return fail("%v", err)
 	}
-	if err := c.recordRelease(ctx, release, s, appVersion, values, rels); err != nil {
+	if err := c.recordRelease(name, s, rel); err != nil {
 		return fail("%v", err)
 	}
 	return result{log: log}
-}
-
-func (c *Runner) fetchIndex(ctx context.Context, repo string) (*index, error) {
-	u := catalog.IndexURL(repo)
-	b, err := simkube.Fetch(ctx, c.HTTP, u)
-	var se *simkube.StatusError
-	if errors.As(err, &se) {
-		return nil, fmt.Errorf("failed to fetch %s : %s", u, se.Status)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var idx index
-	if err := yaml.Unmarshal(b, &idx); err != nil {
-		return nil, fmt.Errorf("error unmarshaling JSON: %v", err)
-	}
-	return &idx, nil
 }
 
 // releases lists the release's revisions (Helm's secret driver), oldest
@@ -155,46 +120,38 @@ func (c *Runner) releases(ctx context.Context, release, ns string) ([]corev1.Sec
 	return items, nil
 }
 
-// recordRelease writes the new revision as Helm's secret driver does:
-// sh.helm.release.v1.<name>.v<rev>, the release JSON gzipped and base64'd,
-// the previous revision superseded.
-func (c *Runner) recordRelease(ctx context.Context, release string, s Spec, appVersion string, values map[string]any, prev []corev1.Secret) error {
+// recordRelease stores the release as helm install or upgrade stores it,
+// with Helm's own storage on Secrets: a new revision deployed, the one
+// deployed before superseded, the Job's config hash as a label.
+func (c *Runner) recordRelease(name string, s Spec, rel *release.Release) error {
+	st := storage.Init(driver.NewSecrets(c.CS.CoreV1().Secrets(s.TargetNamespace)))
+	hist, err := st.History(name)
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return err
+	}
 	rev := 1
-	secrets := c.CS.CoreV1().Secrets(s.TargetNamespace)
-	for _, p := range prev {
-		if n, _ := strconv.Atoi(p.Labels["version"]); n >= rev {
-			rev = n + 1
-		}
-		if p.Labels["status"] == "deployed" {
-			p.Labels["status"] = "superseded"
-			if _, err := secrets.Update(ctx, &p, metav1.UpdateOptions{}); err != nil {
+	for _, h := range hist {
+		rev = max(rev, h.Version+1)
+		if h.Info != nil && h.Info.Status == release.StatusDeployed {
+			h.Info.Status = release.StatusSuperseded
+			if err := st.Update(h); err != nil {
 				return err
 			}
 		}
 	}
-	now := time.Now().UTC().Format(time.RFC3339)
-	rel := map[string]any{
-		"name": release, "namespace": s.TargetNamespace, "version": rev,
-		"info":   map[string]any{"status": "deployed", "first_deployed": now, "last_deployed": now, "description": map[bool]string{true: "Upgrade complete", false: "Install complete"}[rev > 1]},
-		"chart":  map[string]any{"metadata": map[string]any{"name": s.Chart, "version": s.Version, "appVersion": appVersion, "apiVersion": "v2"}},
-		"config": values,
-	}
-	j, _ := json.Marshal(rel)
-	var gz bytes.Buffer
-	w := gzip.NewWriter(&gz)
-	_, _ = w.Write(j)
-	_ = w.Close()
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sh.helm.release.v1.%s.v%d", release, rev), Namespace: s.TargetNamespace,
-			Labels: map[string]string{"name": release, "owner": "helm", "status": "deployed", "version": strconv.Itoa(rev), "modifiedAt": strconv.FormatInt(time.Now().Unix(), 10)}},
-		Type: "helm.sh/release.v1",
-		Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(gz.Bytes()))},
+	now := helmtime.Now()
+	rel.Version = rev
+	rel.Info = &release.Info{FirstDeployed: now, LastDeployed: now, Status: release.StatusDeployed, Description: "Install complete"}
+	if rev > 1 {
+		rel.Info.Description = "Upgrade complete"
+		if first := hist[0].Info; first != nil {
+			rel.Info.FirstDeployed = first.FirstDeployed
+		}
 	}
 	if s.ConfigHash != "" {
-		sec.Labels[ConfigHashLabel] = s.ConfigHash
+		rel.Labels = map[string]string{ConfigHashLabel: s.ConfigHash}
 	}
-	_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
-	return err
+	return st.Create(rel)
 }
 
 // fullname is the charts' fullname helper: the release name if it

@@ -7,9 +7,11 @@
 // arguments ("install --namespace ns [--create-namespace] [--version v]",
 // or "delete"), and the values files mounted at /config.
 //
-// The release itself is still the lab's: Helm's release Secrets, with the
-// charts' objects rendered from the lab's own reading of them (helm.go),
-// until Helm's library and upstream's charts replace that (issue #31).
+// Helm's library locates, loads and renders upstream's chart as klipper-helm's
+// helm does (chart.go), so its schema and templates decide; the objects
+// created are still the lab's (helm.go), until cert-manager runs in the lab
+// and Helm installs what it renders (#31); the release is stored with
+// Helm's own storage, as Helm stores what it rendered.
 package klipperhelm
 
 import (

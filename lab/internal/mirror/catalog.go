@@ -1,6 +1,8 @@
 package mirror
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
+	"github.com/mgmtctl/mgmtctl/lab/internal/charts"
 )
 
 // WriteCatalog lays out under root (the mirror's Root) what the chart
@@ -23,7 +26,25 @@ func WriteCatalog(root, crds, providers string) error {
 		if err != nil {
 			return err
 		}
-		if err := write(filepath.Join(root, u.Host, u.Path), chartIndex(c)); err != nil {
+		// Each version packaged from upstream's module, as its release
+		// publishes it (lab/internal/charts).
+		digests := map[string]string{}
+		for _, v := range c.Versions {
+			tgz, err := charts.Package(c.Name, v, c.AppVersion(v))
+			if err != nil {
+				return err
+			}
+			cu, err := url.Parse(chartURL(c, v))
+			if err != nil {
+				return err
+			}
+			if err := write(filepath.Join(root, cu.Host, cu.Path), string(tgz)); err != nil {
+				return err
+			}
+			sum := sha256.Sum256(tgz)
+			digests[v] = hex.EncodeToString(sum[:])
+		}
+		if err := write(filepath.Join(root, u.Host, u.Path), chartIndex(c, digests)); err != nil {
 			return err
 		}
 	}
@@ -70,14 +91,20 @@ func WriteCatalog(root, crds, providers string) error {
 	return nil
 }
 
-// chartIndex renders a Helm repository index (helm repo index's format).
-func chartIndex(c catalog.Chart) string {
+// chartURL is where the repository's index says a version's package is.
+func chartURL(c catalog.Chart, v string) string {
+	return fmt.Sprintf("%s/charts/%s-%s.tgz", strings.TrimSuffix(c.Repo, "/"), c.Name, v)
+}
+
+// chartIndex renders a Helm repository index (helm repo index's format),
+// each version with its package's digest.
+func chartIndex(c catalog.Chart, digests map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: v1\nentries:\n  %s:\n", c.Name)
 	for i := len(c.Versions) - 1; i >= 0; i-- {
 		v := c.Versions[i]
-		fmt.Fprintf(&b, "  - apiVersion: v2\n    appVersion: %s\n    created: \"2026-07-17T00:00:00Z\"\n    name: %s\n    type: application\n    urls:\n    - %s/charts/%s-%s.tgz\n    version: %s\n",
-			c.AppVersion(v), c.Name, strings.TrimSuffix(c.Repo, "/"), c.Name, v, v)
+		fmt.Fprintf(&b, "  - apiVersion: v2\n    appVersion: %s\n    created: \"2026-07-17T00:00:00Z\"\n    digest: %s\n    name: %s\n    type: application\n    urls:\n    - %s\n    version: %s\n",
+			c.AppVersion(v), digests[v], c.Name, chartURL(c, v), v)
 	}
 	b.WriteString("generated: \"2026-07-17T00:00:00Z\"\n")
 	return b.String()
