@@ -159,6 +159,29 @@ func TestHA(t *testing.T) {
 	if r := e.viaVIP("-n", "kube-system", "get", "lease", "kube-controller-manager", "-o", "jsonpath={.spec.holderIdentity}"); r.Code != 0 || strings.HasPrefix(r.Stdout, holder+"_") {
 		t.Errorf("the controller manager's Lease with %s stopped: %+v", holder, r)
 	}
+	// helm-controller runs on whichever server holds the k3s Lease (45 s
+	// lease): with the stopped server out of it, a HelmChart's Job that
+	// goes is made again and runs to completion on the servers left.
+	var k3sLeader string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		if k3sLeader = e.viaVIP("-n", "kube-system", "get", "lease", "k3s", "-o", "jsonpath={.spec.holderIdentity}").Stdout; k3sLeader != "" && k3sLeader != holder {
+			break
+		}
+	}
+	if k3sLeader == "" || k3sLeader == holder {
+		t.Errorf("the k3s Lease with %s stopped is held by %q", holder, k3sLeader)
+	}
+	mustSucceed(t, e.viaVIP("-n", "kube-system", "delete", "job", "helm-install-cert-manager", "--wait=true"), "delete cert-manager's helm Job")
+	var done string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		if done = e.viaVIP("-n", "kube-system", "get", "job", "helm-install-cert-manager", "-o", `jsonpath={.status.conditions[?(@.type=="Complete")].status}`).Stdout; done == "True" {
+			break
+		}
+	}
+	if done != "True" {
+		t.Errorf("cert-manager's helm Job was not made again and completed with helm-controller on %s: %q", k3sLeader, done)
+	}
+	t.Logf("helm-controller's leader with %s stopped: %s", holder, k3sLeader)
 	rep, code, out = e.status()
 	if code != 1 || !strings.Contains(rep.unhealthy(), "vm/start-vm") || !strings.Contains(out, fmt.Sprintf("start VM %d (%s)", lab.VMID+i, holder)) ||
 		!strings.Contains(out, "degraded, 2/3 members healthy, quorum kept; "+holder+": ") {

@@ -24,9 +24,9 @@ func TestPackage(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, version, appVersion string
-		templates     []string // templates the package holds
-		rendered      []string // what the default render holds
-		values        string   // a line of values.yaml
+		templates                 []string // templates the package holds
+		rendered                  []string // what the default render holds
+		values                    string   // a line of values.yaml
 	}{
 		{"cert-manager", "v1.21.2", "v1.21.2",
 			[]string{"templates/webhook-deployment.yaml", "templates/crd-cert-manager.io_certificates.yaml"},

@@ -332,12 +332,17 @@ func (k *Kubelet) syncPods(ctx context.Context) {
 	k.collect(bound)
 }
 
+// stopAll stops every container at once: one that takes its grace
+// period (the operator's) must not hold up another's stop (kube-vip's,
+// which gives the address up while its server's API still answers).
 func (k *Kubelet) stopAll() {
 	k.mu.Lock()
 	pods := k.pods
 	k.pods = map[types.UID]*podState{}
 	k.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, st := range pods {
-		st.stop()
+		wg.Go(st.stop)
 	}
+	wg.Wait()
 }
