@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -175,18 +176,13 @@ func LoadConfig(path string) (Config, error) {
 	return c, nil
 }
 
+// nodeIP is the node's address as k3s chooses it without --node-ip: the
+// address of the interface that holds the default route (k3s takes the
+// kubelet's choice, apimachinery's ChooseHostInterface), not the first
+// interface's, which may be the pod network's bridge cni0 after a restart.
 func nodeIP() string {
-	ifs, _ := net.Interfaces()
-	for _, i := range ifs {
-		if i.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-				return ipn.IP.String()
-			}
-		}
+	if ip, err := utilnet.ChooseHostInterface(); err == nil && ip.To4() != nil {
+		return ip.String()
 	}
 	return "127.0.0.1"
 }

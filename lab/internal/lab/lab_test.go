@@ -569,8 +569,42 @@ func TestK3sHA(t *testing.T) {
 
 // kubeVIP is kube-vip's DaemonSet in ARP mode with control-plane leader
 // election, as `kube-vip manifest daemonset --arp --controlplane
-// --leaderElection` writes it (the lab reads its container's env).
-const kubeVIP = `apiVersion: apps/v1
+// --leaderElection` writes it (the lab's kubelet reads its container's
+// env), with the ServiceAccount and RBAC kube-vip's docs have applied
+// first (kube-vip.io/manifests/rbac.yaml): its pod holds the Lease with
+// that ServiceAccount's token.
+const kubeVIP = `apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: kube-vip
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:kube-vip-role
+rules:
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "update", "list", "put"]
+- apiGroups: [""]
+  resources: ["services", "services/status", "nodes", "endpoints"]
+  verbs: ["list", "get", "watch", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:kube-vip-binding
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kube-vip-role
+subjects:
+- kind: ServiceAccount
+  name: kube-vip
+  namespace: kube-system
+---
+apiVersion: apps/v1
 kind: DaemonSet
 metadata:
   name: kube-vip-ds
@@ -583,6 +617,7 @@ spec:
       labels: {app.kubernetes.io/name: kube-vip-ds}
     spec:
       hostNetwork: true
+      serviceAccountName: kube-vip
       containers:
       - name: kube-vip
         image: ghcr.io/kube-vip/kube-vip:v1.2.3
