@@ -7,9 +7,10 @@ export GO
 
 all: build
 
-# mgmtctl, the lab, and upstream's cluster-api-operator and clusterctl
-# (built from their Go modules in lab/upstream, a module of its own: their
-# dependency set is not the lab's), one line per step (hack/build.sh).
+# mgmtctl, the lab, upstream's cluster-api-operator and clusterctl (built
+# from their Go modules in lab/upstream, a module of its own: their
+# dependency set is not the lab's) and upstream's cert-manager (lab/
+# certmanager), one line per step (hack/build.sh).
 build:
 	@bash hack/build.sh
 
@@ -17,6 +18,7 @@ vet:
 	$(GO) vet ./...
 	cd lab && $(GO) vet ./...
 	cd lab/upstream && $(GO) mod verify >/dev/null
+	cd lab/certmanager && $(GO) vet ./...
 
 # Unit tests, then the lab's own tests, then the end-to-end tests of the
 # phases against the lab (these need root; without it they skip, saying why).

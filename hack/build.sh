@@ -24,11 +24,12 @@ quiet() {
   fi
 }
 
-# The three modules: the tool's, the lab's, and lab/upstream (upstream's
-# operator and clusterctl, whose dependency set is not the lab's). With
+# The four modules: the tool's, the lab's, lab/upstream (upstream's
+# operator and clusterctl, whose dependency set is not the lab's) and
+# lab/certmanager (upstream's cert-manager commands). With
 # GOPROXY=off a download succeeds only from the module cache, so the line
 # below shows only when something is missing.
-modules=("$root" "$root/lab" "$root/lab/upstream")
+modules=("$root" "$root/lab" "$root/lab/upstream" "$root/lab/certmanager")
 cached=yes
 for m in "${modules[@]}"; do
   (cd "$m" && GOPROXY=off GOFLAGS=-mod=mod "$GO" mod download) >/dev/null 2>&1 || cached=no
@@ -42,6 +43,7 @@ fi
 # module versions they are built from, as upstream's release builds are.
 operator=$(cd "$root/lab/upstream" && "$GO" list -m -f '{{.Version}}' sigs.k8s.io/cluster-api-operator)
 clusterctl=$(cd "$root/lab/upstream" && "$GO" list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
+certmanager=$(cd "$root/lab/certmanager" && "$GO" list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)
 kube="-X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
 
 echo "building mgmtctl"
@@ -55,3 +57,14 @@ quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api-oper
   -o "$bin/cluster-api-operator-$operator" sigs.k8s.io/cluster-api-operator/cmd
 quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$clusterctl" \
   -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+# cert-manager at each version the lab's chart repository serves: go.mod's,
+# and the older ones through their own modfile (lab/certmanager/<v>.mod).
+echo "building upstream's cert-manager $certmanager and older (controller, webhook, cainjector, startupapicheck): first run only, about 4 minutes on 2 cores"
+for v in "$certmanager" $(cd "$root/lab/certmanager" && ls v*.mod 2>/dev/null | sed 's/\.mod$//'); do
+  modfile=()
+  [ "$v" = "$certmanager" ] || modfile=("-modfile=$v.mod")
+  for c in controller webhook cainjector startupapicheck; do
+    quiet "$root/lab/certmanager" "$GO" build "${modfile[@]}" -ldflags "-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$v" \
+      -o "$bin/cert-manager-$c-$v" "./$c"
+  done
+done

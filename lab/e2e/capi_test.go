@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -241,6 +242,26 @@ func TestFullRun(t *testing.T) {
 	}
 	e.editConfig("  certManager:\n    version: v1.99.0\n", "")
 	mustSucceed(t, e.apply("--tags", "addons"), "back to the pinned chart")
+
+	// A chart version change, then a bump: the repository's older
+	// v1.21.1, then the pinned v1.21.2 again. Each is one helm upgrade of
+	// the release, and cert-manager's pods roll to the chart's images
+	// (upstream's cert-manager at that version, run by the kubelet).
+	deployed := func() int {
+		n, _ := strconv.Atoi(e.jsonpath("secrets", "cert-manager", `{range .items[?(@.metadata.labels.status=="deployed")]}{.metadata.labels.version}{end}`))
+		return n
+	}
+	rev := deployed()
+	const rollout = `{.spec.template.spec.containers[0].image} {.status.updatedReplicas} {.status.availableReplicas}`
+	e.editConfig("  kubeconfig:", "  certManager:\n    version: v1.21.1\n  kubeconfig:")
+	mustSucceed(t, e.apply("--tags", "addons"), "cert-manager v1.21.1")
+	e.waitJSONPath("deployment/cert-manager-webhook", "cert-manager", rollout, "quay.io/jetstack/cert-manager-webhook:v1.21.1 1 1")
+	e.editConfig("  certManager:\n    version: v1.21.1\n", "")
+	mustSucceed(t, e.apply("--tags", "addons"), "the bump to v1.21.2")
+	e.waitJSONPath("deployment/cert-manager-webhook", "cert-manager", rollout, "quay.io/jetstack/cert-manager-webhook:v1.21.2 1 1")
+	if got := deployed(); rev == 0 || got != rev+2 {
+		t.Errorf("the release's deployed revision: %d before, %d after a change and a bump", rev, got)
+	}
 
 	// A values key upstream's chart refuses (its values.schema.json),
 	// planted as a user would plant it, through a HelmChartConfig that

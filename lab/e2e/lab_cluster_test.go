@@ -66,11 +66,13 @@ const jetstack, capiOperatorRepo = "https://charts.jetstack.io", "https://kubern
 
 // TestLabChartsAndOperator checks the lab's helm-controller and
 // cluster-api-operator against docs/upstream.md §3 and §4 with kubectl
-// alone: Jobs that fail (a repository that is not one, the helm-fail
-// fault, a chart that needs cert-manager first, providers in the chart's
-// values), install and upgrade with their release Secrets, and the
-// operator's preflight failures, install, CAPMOX's credential check and
-// the provider-never-ready fault.
+// alone, against upstream's helm-controller, charts, Helm and cert-manager:
+// Jobs that fail (a repository that is not one, the helm-fail fault, a
+// chart that needs cert-manager first, a second operator release), install
+// and upgrade with their release Secrets, the operator's certificate
+// issued by cert-manager, the operator's preflight failures, install,
+// CAPMOX's credential check and the provider-never-ready fault, and
+// providers in the chart's values as its hooks.
 func TestLabChartsAndOperator(t *testing.T) {
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm,k3s,kubeconfig"), "cluster")
@@ -131,7 +133,7 @@ func TestLabChartsAndOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.kubectlApply("cm", helmChart("cm", jetstack, "cert-manager", "1.21.1", "cm", "crds:\n  enabled: true"))
-	if msg := failing("cm"); !strings.Contains(msg, "Installing helm chart") || !strings.Contains(msg, "helm-fail") {
+	if msg := failing("cm"); !strings.Contains(msg, "Error: INSTALLATION FAILED: labsim fault helm-fail is on for cm") {
 		t.Errorf("helm-fail: %q", msg)
 	}
 	if err := e.SetFault("helm-fail", "", false); err != nil {
@@ -142,14 +144,15 @@ func TestLabChartsAndOperator(t *testing.T) {
 	for _, d := range []string{"cm-cert-manager", "cm-cert-manager-cainjector", "cm-cert-manager-webhook"} {
 		e.waitJSONPath("deployment/"+d, "cm", `{.status.conditions[?(@.type=="Available")].status}`, "True")
 	}
-	if got := e.jsonpath("secrets", "cm", `{range .items[*]}{.metadata.name}={.metadata.labels.status}{" "}{end}`); got != "sh.helm.release.v1.cm.v1=deployed " {
+	const releases = `{range .items[?(@.metadata.labels.owner=="helm")]}{.metadata.name}={.metadata.labels.status}{" "}{end}`
+	if got := e.jsonpath("secrets", "cm", releases); got != "sh.helm.release.v1.cm.v1=deployed " {
 		t.Errorf("release Secrets: %q", got)
 	}
 	// A spec change replaces the Job, which upgrades.
 	e.kubectlApply("cm", helmChart("cm", jetstack, "cert-manager", "v1.21.2", "cm", "crds:\n  enabled: true"))
 	e.waitJSONPath("job/helm-install-cm", "kube-system", `{.spec.template.spec.containers[0].env[?(@.name=="VERSION")].value}`, "v1.21.2")
 	e.waitJSONPath("job/helm-install-cm", "kube-system", `{.status.conditions[?(@.type=="Complete")].status}`, "True")
-	if got := e.jsonpath("secrets", "cm", `{range .items[*]}{.metadata.name}={.metadata.labels.status}{" "}{end}`); got != "sh.helm.release.v1.cm.v1=superseded sh.helm.release.v1.cm.v2=deployed " {
+	if got := e.jsonpath("secrets", "cm", releases); got != "sh.helm.release.v1.cm.v1=superseded sh.helm.release.v1.cm.v2=deployed " {
 		t.Errorf("after upgrade: %q", got)
 	}
 	// The operator's Job, retried, now finds cert-manager's CRDs.
@@ -158,12 +161,16 @@ func TestLabChartsAndOperator(t *testing.T) {
 	if got := e.jsonpath("crd/coreproviders.operator.cluster.x-k8s.io", "", `{.metadata.annotations.helm\.sh/resource-policy} {.status.conditions[?(@.type=="Established")].status}`); got != "keep True" {
 		t.Errorf("operator CRD: %q", got)
 	}
+	// cert-manager issued the operator's serving certificate, and
+	// cainjector wrote its CA into the operator's webhook configurations.
+	e.waitJSONPath("certificate/capi-operator-serving-cert", "op-system", `{.status.conditions[?(@.type=="Ready")].status}`, "True")
 	// A second release of the chart: Helm will not take over the first
-	// one's cluster-wide webhook configurations.
+	// one's cluster-wide objects (the CRDs come first).
 	e.kubectlApply("op2", helmChart("op2", capiOperatorRepo, "cluster-api-operator", "0.28.0", "op2-system", ""))
-	if msg := failing("op2"); !strings.Contains(msg, `ValidatingWebhookConfiguration "capi-operator-validating-webhook-configuration" in namespace "" exists and cannot be imported into the current release: invalid ownership metadata`) {
+	if msg := failing("op2"); !strings.Contains(msg, `CustomResourceDefinition "coreproviders.operator.cluster.x-k8s.io" in namespace "" exists and cannot be imported into the current release: invalid ownership metadata`) {
 		t.Errorf("second operator release: %q", msg)
 	}
+	e.adminKubectl("delete", "helmchart", "op2", "-n", "kube-system")
 
 	// The operator.
 	ns := func(names ...string) {
@@ -175,6 +182,23 @@ func TestLabChartsAndOperator(t *testing.T) {
 	const preflight = `{.status.conditions[?(@.type=="PreflightCheckPassed")].reason}`
 	provider := func(kind, name, namespace, spec string) string {
 		return "apiVersion: operator.cluster.x-k8s.io/v1alpha2\nkind: " + kind + "\nmetadata:\n  name: " + name + "\n  namespace: " + namespace + "\nspec:\n" + spec
+	}
+	// The operator's webhooks answer once its pod serves and cainjector
+	// has written the certificate's CA into their configurations: until
+	// then a server-side dry run is refused (as mgmtctl's ProviderAPI
+	// step probes).
+	probe := filepath.Join(e.LaptopHome(), "probe.yaml")
+	if err := os.WriteFile(probe, []byte(provider("IPAMProvider", "in-cluster", "ipam", "  version: v1.1.1\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+		r := e.adminKubectl("apply", "--dry-run=server", "-f", probe)
+		if r.Code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the operator's webhooks never answered: %s", r.Stderr)
+		}
 	}
 	e.kubectlApply("ipam", provider("IPAMProvider", "in-cluster", "ipam", "  version: v1.1.1\n"))
 	e.waitJSONPath("ipamprovider/in-cluster", "ipam", preflight, "WaitingForCoreProviderReady")
@@ -291,12 +315,22 @@ func TestLabChartsAndOperator(t *testing.T) {
 	}
 	e.waitJSONPath("bootstrapprovider/kubeadm", "kubeadm-bootstrap", `{.status.conditions[?(@.type=="Ready")].status}`, "True")
 
-	// Providers in the chart's values: the post-upgrade hook meets a
-	// webhook that does not serve yet, since helm runs without --wait
-	// (upstream #406).
-	e.kubectlApply("op", helmChart("op", capiOperatorRepo, "cluster-api-operator", "0.27.0", "op-system", "infrastructure:\n  proxmox: {}"))
-	e.waitJSONPath("job/helm-install-op", "kube-system", `{.spec.template.spec.containers[0].env[?(@.name=="VERSION")].value}`, "0.27.0")
-	if msg := failing("op"); !strings.Contains(msg, `failed post-upgrade: warning: Hook post-upgrade cluster-api-operator/templates/infra.yaml failed`) || !strings.Contains(msg, `vinfrastructureprovider.kb.io`) {
-		t.Errorf("hooks: %q", msg)
+	// Providers in the chart's values, on a fresh install: the chart
+	// creates them with post-install hooks, right after the operator's
+	// objects and without --wait. Whether the operator's webhook serves
+	// by then is a race (upstream #406: on a user's k3s the hook often
+	// comes first and the install fails), which is why mgmtctl leaves the
+	// chart's providers empty and applies its own; in the lab the
+	// operator's pod is up within seconds, so only the hook itself is
+	// checked here.
+	if r := e.adminKubectl("delete", "helmchart", "op", "-n", "kube-system", "--timeout=120s"); r.Code != 0 {
+		t.Fatalf("delete the operator's HelmChart: %+v", r)
 	}
+	for deadline := time.Now().Add(90 * time.Second); e.jsonpath("secrets", "op-system", releases) != ""; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the operator's release was not uninstalled: %s", e.jsonpath("secrets", "op-system", releases))
+		}
+	}
+	e.kubectlApply("op", helmChart("op", capiOperatorRepo, "cluster-api-operator", "0.28.0", "op-system", "infrastructure:\n  proxmox: {}"))
+	e.waitJSONPath("infrastructureprovider/proxmox", "proxmox-infrastructure-system", `{.metadata.annotations.helm\.sh/hook}`, "post-install,post-upgrade")
 }

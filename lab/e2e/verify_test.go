@@ -80,6 +80,16 @@ func TestVerification(t *testing.T) {
 			t.Errorf("kubectl get pods -A: %d of %s's pods Running 1/1, want %d:\n%s%s", running[ns], ns, n, r.Stdout, r.Stderr)
 		}
 	}
+	// cert-manager is upstream's, running: its controller issued the
+	// operator chart's Certificate from the chart's self-signed Issuer,
+	// and its log is read as a user reads it.
+	if r := e.adminKubectl("-n", "capi-operator-system", "get", "issuer/capi-operator-selfsigned-issuer", "certificate/capi-operator-serving-cert",
+		"-o", `jsonpath={range .items[*]}{.kind}={.status.conditions[?(@.type=="Ready")].status} {end}`); r.Stdout != "Issuer=True Certificate=True " {
+		t.Errorf("the operator's Issuer and Certificate: %q %s", r.Stdout, r.Stderr)
+	}
+	if r := e.adminKubectl("-n", "cert-manager", "logs", "deploy/cert-manager"); r.Code != 0 || !strings.Contains(r.Stdout, `"Certificate must be re-issued"`) || !strings.Contains(r.Stdout, "capi-operator-serving-cert") {
+		t.Errorf("kubectl logs deploy/cert-manager: nothing of the operator's Certificate:\n%.2000s%s", r.Stdout, r.Stderr)
+	}
 	// Each pod has an address of its own from its node's pod CIDR (the
 	// lab's flannel and CNI plugins, podnet); the API server reaches the
 	// operator's webhook there, through its Service's EndpointSlice.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
 	"github.com/mgmtctl/mgmtctl/lab/internal/fixtures"
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
@@ -38,6 +39,13 @@ const KubectlLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.36.3 -X k
 var (
 	OperatorVersion   = fixtures.Operator.Version
 	ClusterctlVersion = fixtures.ClusterAPI.Version
+	// CertManagerVersion is the cert-manager lab/certmanager/go.mod
+	// requires; CertManagerVersions all the versions the lab's chart
+	// repository serves, whose controllers the lab builds (the others
+	// with lab/certmanager/<version>.mod), stamped as upstream's release
+	// build stamps them (pkg/util.AppVersion).
+	CertManagerVersion  = fixtures.CertManager.Version
+	CertManagerVersions = catalog.ChartVersions("cert-manager")
 )
 
 // Kubectl is the path of the lab's kubectl (built with Binary).
@@ -71,16 +79,37 @@ func Binary(t testing.TB) string {
 		binPath = filepath.Join(dir, "labsim")
 		// The lab's own binaries, then upstream's operator (run by the
 		// lab's kubelet) and clusterctl, each in its module.
-		lab, upstream := filepath.Join(thisDir(), ".."), filepath.Join(thisDir(), "..", "upstream")
-		for _, b := range []struct{ module, out, pkg, ldflags string }{
-			{lab, binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim", KubectlLDFlags},
-			{lab, filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s", KubectlLDFlags},
-			{lab, filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl", KubectlLDFlags},
-			{lab, filepath.Join(dir, "helm"), "helm.sh/helm/v3/cmd/helm", "-X helm.sh/helm/v3/internal/version.version=" + klipperhelm.HelmVersion},
-			{upstream, filepath.Join(dir, "cluster-api-operator-"+OperatorVersion), "sigs.k8s.io/cluster-api-operator/cmd", "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=" + OperatorVersion},
-			{upstream, filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion},
-		} {
-			out, err := exec.Command("go", "-C", b.module, "build", "-ldflags", b.ldflags, "-o", b.out, b.pkg).CombinedOutput()
+		lab, upstream, cm := filepath.Join(thisDir(), ".."), filepath.Join(thisDir(), "..", "upstream"), filepath.Join(thisDir(), "..", "certmanager")
+		type build struct {
+			module, out, pkg, ldflags string
+			modfile                   string // go.mod's when empty
+		}
+		builds := []build{
+			{lab, binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim", KubectlLDFlags, ""},
+			{lab, filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s", KubectlLDFlags, ""},
+			{lab, filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl", KubectlLDFlags, ""},
+			{lab, filepath.Join(dir, "helm"), "helm.sh/helm/v3/cmd/helm", "-X helm.sh/helm/v3/internal/version.version=" + klipperhelm.HelmVersion, ""},
+			{upstream, filepath.Join(dir, "cluster-api-operator-"+OperatorVersion), "sigs.k8s.io/cluster-api-operator/cmd", "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=" + OperatorVersion, ""},
+			{upstream, filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion, ""},
+		}
+		// cert-manager's commands at each version the lab's chart
+		// repository serves: go.mod's, and the others by their modfile.
+		for _, v := range CertManagerVersions {
+			modfile := ""
+			if v != CertManagerVersion {
+				modfile = v + ".mod"
+			}
+			for _, c := range []string{"controller", "webhook", "cainjector", "startupapicheck"} {
+				builds = append(builds, build{cm, filepath.Join(dir, "cert-manager-"+c+"-"+v), "./" + c,
+					"-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=" + v, modfile})
+			}
+		}
+		for _, b := range builds {
+			args := []string{"-C", b.module, "build", "-ldflags", b.ldflags, "-o", b.out}
+			if b.modfile != "" {
+				args = append(args, "-modfile="+b.modfile)
+			}
+			out, err := exec.Command("go", append(args, b.pkg)...).CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
 				return

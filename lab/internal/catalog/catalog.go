@@ -29,6 +29,17 @@ var Charts = []Chart{
 		AppVersion: func(v string) string { return "v" + v }},
 }
 
+// ChartVersions are the versions the repositories hold of the chart
+// name.
+func ChartVersions(name string) []string {
+	for _, c := range Charts {
+		if c.Name == name {
+			return c.Versions
+		}
+	}
+	return nil
+}
+
 // IndexURL is where a repository's index lives.
 func IndexURL(repo string) string { return strings.TrimSuffix(repo, "/") + "/index.yaml" }
 

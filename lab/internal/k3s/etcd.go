@@ -113,7 +113,7 @@ func writeToken(token string) error {
 // bootstrapFiles are the CA material k3s keeps in the datastore as
 // bootstrap data, so a server restored elsewhere gets the cluster's CAs
 // back (docs.k3s.io cli/etcd-snapshot, "Restoring To New Hosts").
-var bootstrapFiles = []string{"server-ca/ca.crt", "server-ca/ca.key", "client-ca/ca.crt", "client-ca/ca.key", "webhook-ca/ca.crt", "webhook-ca/ca.key",
+var bootstrapFiles = []string{"server-ca/ca.crt", "server-ca/ca.key", "client-ca/ca.crt", "client-ca/ca.key",
 	"request-header-ca/ca.crt", "request-header-ca/ca.key", "service.key"}
 
 func bootstrapKey(token string) string {

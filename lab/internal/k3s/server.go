@@ -333,10 +333,6 @@ func Server(args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	webhookCA, err := pki.LoadOrCreate(filepath.Join(tls, "webhook-ca"))
-	if err != nil {
-		return err
-	}
 	// The front proxy's CA (k3s's request-header-ca): the API server
 	// publishes it in kube-system/extension-apiserver-authentication, where
 	// the controller manager and the scheduler read it to authenticate
@@ -463,7 +459,7 @@ func Server(args []string, log io.Writer) error {
 	// k3s's agent in the same process: its kubelet registers the node
 	// and runs the pods bound to it.
 	kl := &kubelet.Kubelet{CS: cs, Node: hostname, IP: ip, Version: Version(), Etcd: dir == etcdDir, LabDir: labDir(), CA: serverCA.CertPEM, Log: log,
-		Helm: &klipperhelm.Runner{CS: cs, DC: dc, LabDir: labDir(), WebhookCA: webhookCA},
+		Helm: &klipperhelm.Runner{LabDir: labDir()},
 		Net:  &podnet.Network{ClusterCIDR: netip.MustParsePrefix(clusterCIDR)}}
 	if err := kl.Register(ctx); err != nil {
 		return err

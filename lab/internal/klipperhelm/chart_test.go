@@ -2,8 +2,7 @@ package klipperhelm
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,83 +13,65 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	kubefake "helm.sh/helm/v3/pkg/kube/fake"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm/helmtest"
 )
 
-// chartRepo serves a Helm repository holding chart demo 1.0.0: a template
-// that needs .Values.name, and a schema that allows only name and
-// replicas.
-func chartRepo(t *testing.T) string {
-	t.Helper()
-	c := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "demo", Version: "1.0.0", AppVersion: "v1.0.0"},
-		Values:   map[string]any{"name": "demo", "replicas": 1},
-		Schema:   []byte(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","additionalProperties":false,"properties":{"name":{"type":"string"},"replicas":{"type":"integer"}}}`),
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
-			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ required \"name is required\" .Values.name }}\ndata:\n  replicas: {{ .Values.replicas | quote }}\n")}},
-	}
-	c.Raw = []*chart.File{{Name: chartutil.ValuesfileName, Data: []byte("name: demo\nreplicas: 1\n")}}
-	dir := t.TempDir()
-	p, err := chartutil.Save(c, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	var url string
-	mux.HandleFunc("/index.yaml", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("apiVersion: v1\nentries:\n  demo:\n  - apiVersion: v2\n    appVersion: v1.0.0\n    name: demo\n    urls:\n    - " + url + "/charts/demo-1.0.0.tgz\n    version: 1.0.0\n"))
-	})
-	mux.HandleFunc("/charts/demo-1.0.0.tgz", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := os.ReadFile(p)
-		w.Write(b)
-	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	url = srv.URL
-	return url
+// chartRepo serves a Helm repository holding chart demo 1.0.0
+// (helmtest.Repo).
+func chartRepo(t *testing.T) string { return helmtest.Repo(t) }
+
+// testRunner runs Jobs with Helm's own stand-in kube client (its
+// kube/fake PrintingKubeClient) and the release Secrets on a fake
+// clientset: Helm's actions, storage and errors are real, the objects are
+// not sent anywhere.
+func testRunner(t *testing.T) (*Runner, *fake.Clientset) {
+	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t"}})
+	return &Runner{CS: cs, KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard}, LabDir: t.TempDir()}, cs
 }
 
-// TestRenderChart: Helm's library resolves, loads and renders the chart
-// from the repository as klipper-helm's helm does, and its errors are
-// Helm's: a repository that is not one, a version the index lacks, a
-// values key the chart's schema refuses, a template that fails.
-func TestRenderChart(t *testing.T) {
+// TestRunChart: Helm's library resolves, loads, renders and installs the
+// chart from the repository as klipper-helm's helm does, and its errors
+// are Helm's, as helm prints them: a repository that is not one, a
+// version the index lacks, a values key the chart's schema refuses, a
+// template that fails. A failed install records nothing.
+func TestRunChart(t *testing.T) {
 	repoURL := chartRepo(t)
-	r := &Runner{CS: fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t"}}), LabDir: t.TempDir()}
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, repo, version string
-		values              map[string]any
+		values              string
 		err                 string
 	}{
-		{"renders", repoURL, "1.0.0", map[string]any{"replicas": 3}, ""},
-		{"any version", repoURL, "", nil, ""},
-		{"not a repository", repoURL + "/nope", "1.0.0", nil,
-			`looks like "` + repoURL + `/nope" is not a valid chart repository or cannot be reached: failed to fetch ` + repoURL + `/nope/index.yaml : 404 Not Found`},
-		{"no such version", repoURL, "9.9.9", nil, `chart "demo" matching 9.9.9 not found in rel index. (try 'helm repo update')`},
-		{"a key the schema refuses", repoURL, "1.0.0", map[string]any{"replicaz": 3},
-			"values don't meet the specifications of the schema(s) in the following chart(s):\ndemo:\n"},
-		{"a template that fails", repoURL, "1.0.0", map[string]any{"name": nil}, "name is required"},
+		{"installs", repoURL, "1.0.0", "replicas: 3\n", ""},
+		{"any version", repoURL, "", "", ""},
+		{"not a repository", repoURL + "/nope", "1.0.0", "",
+			`Error: looks like "` + repoURL + `/nope" is not a valid chart repository or cannot be reached: failed to fetch ` + repoURL + `/nope/index.yaml : 404 Not Found`},
+		{"no such version", repoURL, "9.9.9", "", `Error: INSTALLATION FAILED: chart "demo" matching 9.9.9 not found in rel index. (try 'helm repo update')`},
+		{"a key the schema refuses", repoURL, "1.0.0", "replicaz: 3\n",
+			"Error: INSTALLATION FAILED: values don't meet the specifications of the schema(s) in the following chart(s):\ndemo:\n"},
+		{"a template that fails", repoURL, "1.0.0", "name: null\n", "name is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rel, err := r.renderChart(ctx, "rel", Spec{Chart: "demo", Repo: tc.repo, Version: tc.version, TargetNamespace: "t", Values: tc.values})
+			r, cs := testRunner(t)
+			out, err := r.Run(ctx, Job{Env: map[string]string{"NAME": "rel", "CHART": "rel/demo", "REPO": tc.repo},
+				Args: []string{"install", "--namespace", "t", "--version", tc.version}, Values: []File{{"values-0.yaml", []byte(tc.values)}}})
+			secrets, _ := cs.CoreV1().Secrets("t").List(ctx, metav1.ListOptions{LabelSelector: "owner=helm"})
 			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("render: %v", err)
-				}
-				// What helm install stores: upstream's chart, the user's
-				// values, Helm's rendering.
-				if rel.Chart.Metadata.AppVersion != "v1.0.0" || !strings.Contains(rel.Manifest, "name: demo") || len(rel.Config) != len(tc.values) {
-					t.Errorf("release: chart %+v, config %v, manifest:\n%s", rel.Chart.Metadata, rel.Config, rel.Manifest)
+				if err != nil || !strings.Contains(out, "NAME: rel\n") || !strings.Contains(out, "STATUS: deployed\nREVISION: 1\n") || len(secrets.Items) != 1 {
+					t.Fatalf("install: %q %v, %d release Secrets", out, err, len(secrets.Items))
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("err = %v\nwant %q", err, tc.err)
+			}
+			if len(secrets.Items) != 0 {
+				t.Errorf("a release was recorded: %v", secrets.Items)
 			}
 		})
 	}
@@ -100,31 +81,13 @@ func TestRenderChart(t *testing.T) {
 	}
 }
 
-// TestRunSchemaFailure: a Job whose values the chart refuses fails as
-// klipper-helm's helm install fails, and no release is recorded.
-func TestRunSchemaFailure(t *testing.T) {
-	repoURL := chartRepo(t)
-	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t"}})
-	r := &Runner{CS: cs, LabDir: t.TempDir()}
-	out, err := r.Run(context.Background(), Job{Env: map[string]string{"NAME": "rel", "CHART": "rel/demo", "REPO": repoURL},
-		Args: []string{"install", "--namespace", "t", "--version", "1.0.0"}, Values: []File{{"values-0.yaml", []byte("replicaz: 3\n")}}})
-	if out != "Installing helm chart\n" || err == nil || !strings.HasPrefix(err.Error(), "Error: INSTALLATION FAILED: values don't meet the specifications of the schema(s)") ||
-		!strings.Contains(err.Error(), "replicaz") {
-		t.Errorf("run: %q, %v", out, err)
-	}
-	if l, _ := cs.CoreV1().Secrets("t").List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
-		t.Errorf("a release was recorded: %v", l.Items)
-	}
-}
-
 // TestRunRecordsRelease: a release is stored as Helm stores it, so Helm's
 // own storage reads it back (what helm list and helm get read): the
 // chart and its version, the values, the rendered manifest, the status,
 // and an upgrade's revision superseding the first.
 func TestRunRecordsRelease(t *testing.T) {
 	repoURL := chartRepo(t)
-	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t"}})
-	r := &Runner{CS: cs, LabDir: t.TempDir()}
+	r, cs := testRunner(t)
 	ctx := context.Background()
 	run := func(hash, values string) {
 		t.Helper()

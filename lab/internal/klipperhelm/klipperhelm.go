@@ -7,27 +7,27 @@
 // arguments ("install --namespace ns [--create-namespace] [--version v]",
 // or "delete"), and the values files mounted at /config.
 //
-// Helm's library locates, loads and renders upstream's chart as klipper-helm's
-// helm does (chart.go), so its schema and templates decide; the objects
-// created are still the lab's (helm.go), until cert-manager runs in the lab
-// and Helm installs what it renders (#31); the release is stored with
-// Helm's own storage, as Helm stores what it rendered.
+// Helm's own library does helm's part (chart.go, helm.go): it locates and
+// loads upstream's chart from the lab's repository, checks the values
+// against its schema, renders it, creates its objects through the API
+// server with the container's ServiceAccount, runs its hooks (waiting for
+// hook Jobs, as helm does without --wait), and stores the release in
+// Secrets. What the chart deploys is then upstream's controllers' and the
+// kubelet's business.
 package klipperhelm
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/kube"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
-
-	"github.com/mgmtctl/mgmtctl/lab/internal/pki"
 )
 
 // Image is how the kubelet knows klipper-helm's Pods: helm-controller's
@@ -36,22 +36,24 @@ const Image = "rancher/klipper-helm"
 
 // Runner carries out klipper-helm's work against the cluster.
 type Runner struct {
-	CS     kubernetes.Interface
-	DC     dynamic.Interface
-	HTTP   *http.Client
-	LabDir string // faults/ and crds/
-	// WebhookCA signs the operator webhooks' serving certificate, in place
-	// of cert-manager's self-signed Issuer.
-	WebhookCA *pki.CA
+	LabDir string // faults/
+	// KubeClient and CS replace, in unit tests, the kube client Helm
+	// makes from a Job's credentials (Helm's own kube/fake clients) and
+	// the clientset its release storage uses.
+	KubeClient kube.Interface
+	CS         kubernetes.Interface
 }
 
-// Job is one run of the container: its environment, its arguments and
-// the values files under /config (values-*.yaml, in name order, as the
-// entry script passes them to helm with --values).
+// Job is one run of the container: its environment, its arguments, the
+// values files under /config (values-*.yaml, in name order, as the entry
+// script passes them to helm with --values), and the container's
+// credentials for the API server (its ServiceAccount's token, which
+// helm-controller binds to its job ClusterRole).
 type Job struct {
 	Env    map[string]string
 	Args   []string
 	Values []File
+	Kube   *rest.Config
 }
 
 // File is a file of a mounted volume.
@@ -157,29 +159,33 @@ func (r *Runner) Run(ctx context.Context, j Job) (string, error) {
 		return "", err
 	}
 	if j.Args[0] == "delete" {
-		return r.uninstall(ctx, release, s)
+		return r.uninstall(release, s, j)
 	}
-	res := r.helm(ctx, release, s)
+	res := r.helm(ctx, release, s, j)
 	return res.log, res.err
 }
 
-// uninstall removes the release's Secrets, as helm uninstall does once
-// it has deleted the release's objects. The objects the lab rendered
-// stay (the lab's charts keep no manifest to delete by).
-func (r *Runner) uninstall(ctx context.Context, release string, s Spec) (string, error) {
-	rels, err := r.releases(ctx, release, s.TargetNamespace)
+// uninstall is the entry's delete: nothing without a release, else helm
+// uninstall --wait, its error ignored (|| true).
+func (r *Runner) uninstall(release string, s Spec, j Job) (string, error) {
+	cfg, err := r.configuration(j, s.TargetNamespace)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("Error: %v", err)
 	}
-	if len(rels) == 0 {
+	if _, err := cfg.Releases.Last(release); err != nil {
 		return "", nil
 	}
-	for _, sec := range rels {
-		if err := r.CS.CoreV1().Secrets(sec.Namespace).Delete(ctx, sec.Name, metav1.DeleteOptions{}); err != nil {
-			return "", fmt.Errorf("Error: uninstallation completed with 1 error(s): %v", err)
-		}
+	un := action.NewUninstall(cfg)
+	un.Wait, un.Timeout = true, timeout(j)
+	res, err := un.Run(release)
+	if err != nil {
+		return fmt.Sprintf("Error: uninstall: %v\n", err), nil
 	}
-	return fmt.Sprintf("release \"%s\" uninstalled\n", release), nil
+	out := fmt.Sprintf("release \"%s\" uninstalled\n", release)
+	if res != nil && res.Info != "" {
+		out = res.Info + "\n" + out
+	}
+	return out, nil
 }
 
 // fault reads the helm-fail switch: on for every chart (empty value) or

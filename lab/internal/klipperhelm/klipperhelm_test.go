@@ -3,11 +3,15 @@ package klipperhelm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -55,13 +59,13 @@ func TestSpec(t *testing.T) {
 
 // TestRunConfigHash: a release already deployed from the Job's config is
 // left alone; another config upgrades it, superseding the old revision;
-// delete removes the release.
+// delete uninstalls it.
 func TestRunConfigHash(t *testing.T) {
-	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t"}})
-	r := &Runner{CS: cs, LabDir: t.TempDir()}
+	repoURL := chartRepo(t)
+	r, cs := testRunner(t)
 	ctx := context.Background()
-	job := func(hash string, args ...string) Job {
-		return Job{Env: map[string]string{"NAME": "demo", "CHART": "demo", "CONFIG_HASH": hash}, Args: append([]string{"install", "--namespace", "t"}, args...)}
+	job := func(hash string) Job {
+		return Job{Env: map[string]string{"NAME": "demo", "CHART": "demo/demo", "REPO": repoURL, "CONFIG_HASH": hash}, Args: []string{"install", "--namespace", "t"}}
 	}
 	releases := func() string {
 		l, _ := cs.CoreV1().Secrets("t").List(ctx, metav1.ListOptions{})
@@ -71,19 +75,89 @@ func TestRunConfigHash(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
-	if out, err := r.Run(ctx, job("h1")); err != nil || out != "Installing helm chart\n" {
+	if out, err := r.Run(ctx, job("h1")); err != nil || !strings.HasPrefix(out, "NAME: demo\n") || !strings.Contains(out, "REVISION: 1\n") {
 		t.Fatalf("install: %q %v", out, err)
 	}
-	if out, err := r.Run(ctx, job("h1")); err != nil || !strings.Contains(out, "already deployed with config hash h1") {
+	if out, err := r.Run(ctx, job("h1")); err != nil || out != "Release demo is already deployed with config hash h1\n" {
 		t.Errorf("same config: %q %v", out, err)
 	}
-	if out, err := r.Run(ctx, job("h2")); err != nil || out != "Upgrading helm chart\n" {
+	if out, err := r.Run(ctx, job("h2")); err != nil || !strings.HasPrefix(out, "Already installed demo\nUpgrading demo\nNAME: demo\n") || !strings.Contains(out, "REVISION: 2\n") {
 		t.Errorf("new config: %q %v", out, err)
 	}
 	if got := releases(); got != "sh.helm.release.v1.demo.v1=superseded/h1 sh.helm.release.v1.demo.v2=deployed/h2" {
 		t.Errorf("releases: %s", got)
 	}
-	if out, err := r.Run(ctx, Job{Env: map[string]string{"NAME": "demo", "TARGET_NAMESPACE": "t"}, Args: []string{"delete"}}); err != nil || out != "release \"demo\" uninstalled\n" || releases() != "" {
+	del := Job{Env: map[string]string{"NAME": "demo", "TARGET_NAMESPACE": "t"}, Args: []string{"delete"}}
+	if out, err := r.Run(ctx, del); err != nil || out != "release \"demo\" uninstalled\n" || releases() != "" {
 		t.Errorf("delete: %q %v, left %s", out, err, releases())
 	}
+	if out, err := r.Run(ctx, del); err != nil || out != "" {
+		t.Errorf("delete of no release: %q %v", out, err)
+	}
+}
+
+// TestRunFailurePolicy: a release left failed is uninstalled and
+// installed again (FAILURE_POLICY reinstall, the default), or left for
+// the operator (abort); one left pending by an interrupted run is set
+// failed first, and a pending upgrade is retried as an upgrade.
+func TestRunFailurePolicy(t *testing.T) {
+	repoURL := chartRepo(t)
+	ctx := context.Background()
+	job := func(policy string) Job {
+		return Job{Env: map[string]string{"NAME": "demo", "CHART": "demo/demo", "REPO": repoURL, "FAILURE_POLICY": policy}, Args: []string{"install", "--namespace", "t"}}
+	}
+	status := func(cs *fake.Clientset) string {
+		rels, _ := storage.Init(driver.NewSecrets(cs.CoreV1().Secrets("t"))).History("demo")
+		var s []string
+		for _, r := range rels {
+			s = append(s, fmt.Sprintf("v%d=%s", r.Version, r.Info.Status))
+		}
+		sort.Strings(s)
+		return strings.Join(s, " ")
+	}
+	// A release whose install failed (helm install records it failed
+	// when the API server refuses its objects).
+	failing := func(t *testing.T) (*Runner, *fake.Clientset) {
+		r, cs := testRunner(t)
+		if _, err := r.Run(ctx, job("")); err != nil {
+			t.Fatal(err)
+		}
+		st := storage.Init(driver.NewSecrets(cs.CoreV1().Secrets("t")))
+		rel, _ := st.Last("demo")
+		rel.Info.Status, rel.Info.Description = release.StatusFailed, "Release \"demo\" failed: admission webhook denied the request"
+		if err := st.Update(rel); err != nil {
+			t.Fatal(err)
+		}
+		return r, cs
+	}
+	t.Run("reinstall", func(t *testing.T) {
+		r, cs := failing(t)
+		out, err := r.Run(ctx, job(""))
+		if err != nil || !strings.HasPrefix(out, "Deleted\nNAME: demo\n") || status(cs) != "v1=deployed" {
+			t.Errorf("reinstall: %q %v, releases %s", out, err, status(cs))
+		}
+	})
+	t.Run("abort", func(t *testing.T) {
+		r, cs := failing(t)
+		_, err := r.Run(ctx, job("abort"))
+		if err == nil || err.Error() != "Release status is 'failed' and failure policy is 'abort', not 'reinstall'; waiting for operator intervention" || status(cs) != "v1=failed" {
+			t.Errorf("abort: %v, releases %s", err, status(cs))
+		}
+	})
+	t.Run("pending upgrade", func(t *testing.T) {
+		r, cs := testRunner(t)
+		if _, err := r.Run(ctx, job("")); err != nil {
+			t.Fatal(err)
+		}
+		st := storage.Init(driver.NewSecrets(cs.CoreV1().Secrets("t")))
+		rel, _ := st.Last("demo")
+		rel.Info.Status = release.StatusPendingUpgrade
+		if err := st.Update(rel); err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.Run(ctx, job(""))
+		if err != nil || !strings.HasPrefix(out, "Previous helm job was interrupted, updating status from pending-upgrade to failed\nRetrying upgrade of demo\n") || status(cs) != "v1=superseded v2=deployed" {
+			t.Errorf("pending upgrade: %q %v, releases %s", out, err, status(cs))
+		}
+	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
@@ -66,6 +69,20 @@ func (k *Kubelet) runHelm(ctx context.Context, p *corev1.Pod, st *podState, now 
 	for _, e := range ctr.Env {
 		env[e.Name] = e.Value
 	}
+	// The container's credentials: its ServiceAccount's projected token
+	// (helm-controller binds helm-<name> to its job ClusterRole), read
+	// by helm as in-cluster config.
+	sa := p.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	tokenDir := filepath.Join(k.podDir(), string(p.UID), "volumes", "kubernetes.io~projected", "kube-api-access")
+	if err := k.writeToken(ctx, p, sa, tokenDir); err != nil {
+		st.waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		st.next = now.Add(2 * time.Second)
+		k.logf("mount volumes of %s/%s: %v", p.Namespace, p.Name, err)
+		return
+	}
 	logFile, err := k.openLog(p, ctr.Name, st)
 	if err != nil {
 		st.waiting = &corev1.ContainerStateWaiting{Reason: "RunContainerError", Message: err.Error()}
@@ -73,7 +90,8 @@ func (k *Kubelet) runHelm(ctx context.Context, p *corev1.Pod, st *podState, now 
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	proc := &process{done: make(chan struct{}), stop: cancel}
-	job := klipperhelm.Job{Env: env, Args: ctr.Args, Values: values}
+	job := klipperhelm.Job{Env: env, Args: ctr.Args, Values: values, Kube: &rest.Config{Host: "https://" + net.JoinHostPort(k.IP, "6443"),
+		BearerTokenFile: filepath.Join(tokenDir, "token"), TLSClientConfig: rest.TLSClientConfig{CAData: k.CA}}}
 	go func() {
 		defer close(proc.done)
 		cw := &criWriter{f: logFile}

@@ -2,31 +2,37 @@ package kubelet
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	kubefake "helm.sh/helm/v3/pkg/kube/fake"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
+	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm/helmtest"
 )
 
 // helmPod is a Pod of a helm-controller Job as upstream writes it
 // (chart.go: job, args, setValuesSecret): klipper-helm's image, its
 // environment, and the values Secret projected at /config.
-func helmPod(name string, uid types.UID) *corev1.Pod {
+func helmPod(name, repo string, uid types.UID) *corev1.Pod {
 	p := pod(map[string]string{"job-name": "helm-install-" + name}, "rancher/klipper-helm:v0.9.8-build20250709")
 	p.Name, p.Namespace, p.UID = "helm-install-"+name+"-x1", "kube-system", uid
 	p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 	c := &p.Spec.Containers[0]
 	c.Name = "helm"
 	c.Args = []string{"install", "--namespace", "target", "--create-namespace", "--version", "1.0.0"}
-	c.Env = []corev1.EnvVar{{Name: "NAME", Value: name}, {Name: "VERSION", Value: "1.0.0"}, {Name: "CHART", Value: "demo"},
+	c.Env = []corev1.EnvVar{{Name: "NAME", Value: name}, {Name: "VERSION", Value: "1.0.0"}, {Name: "CHART", Value: name + "/demo"}, {Name: "REPO", Value: repo},
 		{Name: "TARGET_NAMESPACE", Value: "target"}, {Name: "CONFIG_HASH", Value: "abc123"}, {Name: "EXPECTED_RELEASE_REVISION", Value: "0"}}
 	c.VolumeMounts = []corev1.VolumeMount{{Name: "values", MountPath: "/config"}}
 	p.Spec.Volumes = []corev1.Volume{{Name: "values", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
@@ -43,10 +49,19 @@ func helmPod(name string, uid types.UID) *corev1.Pod {
 func TestHelmPod(t *testing.T) {
 	dir := t.TempDir()
 	values := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "chart-values-demo", Namespace: "kube-system"},
-		Data: map[string][]byte{"HelmChartValuesContent": []byte("a: 1\n")}}
-	cs := fake.NewClientset(helmPod("demo", "u1"), values)
-	k := &Kubelet{CS: cs, Node: "lab-mgmt", IP: "192.0.2.50", LabDir: dir, LogDir: filepath.Join(dir, "pods"), pods: map[types.UID]*podState{},
-		Helm: &klipperhelm.Runner{CS: cs, LabDir: dir}}
+		Data: map[string][]byte{"HelmChartValuesContent": []byte("replicas: 2\n")}}
+	repo := helmtest.Repo(t)
+	cs := fake.NewClientset(helmPod("demo", repo, "u1"), values)
+	cs.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "helm-token"}}, nil
+	})
+	// Helm's own stand-in kube client: the release is Helm's, its
+	// objects go nowhere.
+	k := &Kubelet{CS: cs, Node: "lab-mgmt", IP: "192.0.2.50", LabDir: dir, LogDir: filepath.Join(dir, "pods"), PodDir: filepath.Join(dir, "kubelet-pods"),
+		pods: map[types.UID]*podState{}, Helm: &klipperhelm.Runner{CS: cs, KubeClient: &kubefake.PrintingKubeClient{Out: io.Discard}, LabDir: dir}}
 	ctx := context.Background()
 	run := func(name string, uid types.UID) *corev1.Pod {
 		t.Helper()
@@ -75,7 +90,7 @@ func TestHelmPod(t *testing.T) {
 		t.Errorf("release: %v %+v", err, rel)
 	}
 	logs, _ := filepath.Glob(filepath.Join(dir, "pods", "kube-system_helm-install-demo-x1_u1", "helm", "0.log"))
-	if b, _ := os.ReadFile(strings.Join(logs, "")); !strings.Contains(string(b), " stdout F Installing helm chart") {
+	if b, _ := os.ReadFile(strings.Join(logs, "")); !strings.Contains(string(b), " stdout F NAME: demo") || !strings.Contains(string(b), " stdout F STATUS: deployed") {
 		t.Errorf("log: %q", b)
 	}
 
@@ -84,7 +99,7 @@ func TestHelmPod(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "faults", "helm-fail"), []byte("bad"), 0o644)
 	values.Name = "chart-values-bad"
 	cs.Tracker().Add(values)
-	cs.Tracker().Add(helmPod("bad", "u2"))
+	cs.Tracker().Add(helmPod("bad", repo, "u2"))
 	got = run("bad", "u2")
 	cst = got.Status.ContainerStatuses[0]
 	if got.Status.Phase != corev1.PodRunning || cst.State.Waiting == nil || cst.State.Waiting.Reason != "CrashLoopBackOff" ||

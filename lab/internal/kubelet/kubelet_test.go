@@ -29,10 +29,14 @@ func TestKindOf(t *testing.T) {
 		image  string
 		want   kind
 	}{
-		{map[string]string{"clusterctl.cluster.x-k8s.io/core": "capi-operator", "control-plane": "controller-manager"}, "registry.k8s.io/capi-operator/cluster-api-operator:v0.28.0", operator},
+		{map[string]string{"clusterctl.cluster.x-k8s.io/core": "capi-operator", "control-plane": "controller-manager"}, "registry.k8s.io/capi-operator/cluster-api-operator:v0.28.0", binary},
 		{map[string]string{ProviderLabel: "infrastructure-proxmox"}, "ghcr.io/ionos-cloud/cluster-api-provider-proxmox:v0.9.1", provider},
 		{map[string]string{"job-name": "helm-install-x"}, "rancher/klipper-helm:v0.9.8-build20250709", helmJob},
-		{map[string]string{"app": "cert-manager"}, "quay.io/jetstack/cert-manager-controller:v1.21.2", plain},
+		{map[string]string{"app": "cert-manager"}, "quay.io/jetstack/cert-manager-controller:v1.21.2", binary},
+		{map[string]string{"app": "webhook"}, "quay.io/jetstack/cert-manager-webhook:v1.21.2", binary},
+		{map[string]string{"app": "startupapicheck"}, "quay.io/jetstack/cert-manager-startupapicheck:v1.21.2", binary},
+		{map[string]string{"app": "solver"}, "quay.io/jetstack/cert-manager-acmesolver:v1.21.2", plain},
+		{map[string]string{"app": "web"}, "docker.io/library/nginx:1.29", plain},
 	} {
 		if got := kindOf(pod(tc.labels, tc.image)); got != tc.want {
 			t.Errorf("%v %s: kind %d, want %d", tc.labels, tc.image, got, tc.want)
@@ -175,7 +179,7 @@ func TestLogs(t *testing.T) {
 // runs not ready; a pod deleted gracefully is deleted for good.
 func TestSyncPod(t *testing.T) {
 	dir := t.TempDir()
-	plainPod := pod(map[string]string{"app": "cert-manager"}, "quay.io/jetstack/cert-manager-controller:v1.21.2")
+	plainPod := pod(map[string]string{"app": "web"}, "docker.io/library/nginx:1.29")
 	prov := pod(map[string]string{ProviderLabel: "bootstrap-kubeadm"}, "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller:v1.12.11")
 	prov.Name, prov.UID = "prov-1", "u2"
 	cs := fake.NewClientset(plainPod, prov)

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
@@ -23,10 +22,11 @@ import (
 type kind int
 
 const (
-	// plain: the container starts and is ready (cert-manager's).
+	// plain: the container starts and is ready.
 	plain kind = iota
-	// operator: upstream's cluster-api-operator binary, run as a process.
-	operator
+	// binary: upstream's own binary for the image (cluster-api-operator,
+	// cert-manager's), run as a process (container.go).
+	binary
 	// provider: a provider's manager, which starts unless it would exit
 	// at start (provider.go).
 	provider
@@ -37,20 +37,11 @@ const (
 	kubeVIP
 )
 
-// operatorPods selects the operator's pods (OperatorSelector).
-var operatorPods = func() labels.Selector {
-	sel, err := labels.Parse(OperatorSelector)
-	if err != nil {
-		panic(err)
-	}
-	return sel
-}()
-
 // kindOf reads a pod's kind from its labels and image.
 func kindOf(p *corev1.Pod) kind {
 	switch {
-	case operatorPods.Matches(labels.Set(p.Labels)):
-		return operator
+	case len(p.Spec.Containers) > 0 && isUpstream(p.Spec.Containers[0].Image):
+		return binary
 	case p.Labels[ProviderLabel] != "":
 		return provider
 	case len(p.Spec.Containers) > 0 && strings.Contains(p.Spec.Containers[0].Image, klipperhelm.Image):
@@ -127,13 +118,24 @@ func (st *podState) exit(now time.Time, code int32, msg string) {
 		Message: fmt.Sprintf("back-off %s restarting failed %s", backoff, st.ref)}
 }
 
-// complete records a container that exited 0 and is not restarted.
-func (st *podState) complete(now time.Time) {
+// complete records a container that exited 0 and is not restarted:
+// the pod has Succeeded.
+func (st *podState) complete(now time.Time) { st.finish(now, 0) }
+
+// fail records a container that exited non-zero and is not restarted
+// (restartPolicy Never): the pod has Failed.
+func (st *podState) fail(now time.Time, code int32) { st.finish(now, code) }
+
+func (st *podState) finish(now time.Time, code int32) {
 	started := metav1.NewTime(now.Truncate(time.Second))
 	if st.started != nil {
 		started = *st.started
 	}
-	st.done = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: metav1.NewTime(now.Truncate(time.Second))}
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
+	st.done = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: metav1.NewTime(now.Truncate(time.Second))}
 	st.started, st.ready, st.waiting = nil, false, nil
 }
 
@@ -157,7 +159,7 @@ func (k *Kubelet) state(p *corev1.Pod) *podState {
 	}
 	if cs := p.Status.ContainerStatuses; len(cs) > 0 {
 		st.restarts, st.everStarted = cs[0].RestartCount, cs[0].State.Running != nil || cs[0].LastTerminationState.Terminated != nil
-		if r := cs[0].State.Running; r != nil && st.kind != operator && st.kind != kubeVIP {
+		if r := cs[0].State.Running; r != nil && st.kind != binary && st.kind != kubeVIP {
 			t := r.StartedAt
 			st.started, st.ready = &t, cs[0].Ready
 		}
@@ -210,8 +212,8 @@ func (k *Kubelet) syncPod(ctx context.Context, p *corev1.Pod) error {
 		}
 	}
 	switch st.kind {
-	case operator:
-		k.runOperator(ctx, p, st, now)
+	case binary:
+		k.runBinary(ctx, p, st, now)
 	case provider:
 		k.runProvider(ctx, p, st, now)
 	case helmJob:
@@ -254,6 +256,9 @@ func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1
 	}
 	if st.done != nil {
 		s.Phase = corev1.PodSucceeded
+		if st.done.ExitCode != 0 {
+			s.Phase = corev1.PodFailed
+		}
 	}
 	s.HostIP, s.HostIPs = k.IP, []corev1.HostIP{{IP: k.IP}}
 	if st.ip != "" {
@@ -287,8 +292,11 @@ func (k *Kubelet) podStatus(p *corev1.Pod, st *podState, now metav1.Time) corev1
 		sandbox = corev1.ConditionFalse
 	}
 	if st.done != nil {
-		// A completed pod's sandbox is gone; its readiness says why.
+		// A finished pod's sandbox is gone; its readiness says why.
 		sandbox, reason, notReady = corev1.ConditionFalse, "PodCompleted", ""
+		if st.done.ExitCode != 0 {
+			reason = "PodFailed"
+		}
 	}
 	conds := []corev1.PodCondition{
 		cond(corev1.PodReadyToStartContainers, sandbox, "", ""),

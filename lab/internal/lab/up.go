@@ -142,8 +142,8 @@ func (l *Lab) Up(out io.Writer) error {
 }
 
 // copyK3s brings the k3s simulator (built beside labsim) into the lab,
-// for the mirror to release, and the upstream operator builds
-// (cluster-api-operator-<version>), for the lab's kubelet to run.
+// for the mirror to release, and upstream's builds the lab's kubelet runs
+// (cluster-api-operator-<version>, cert-manager-<component>-<version>).
 func (l *Lab) copyK3s() error {
 	self, err := os.Executable()
 	if err != nil {
@@ -157,9 +157,13 @@ func (l *Lab) copyK3s() error {
 	if len(ops) == 0 {
 		return fmt.Errorf("upstream's cluster-api-operator is not beside labsim (%s/cluster-api-operator-<version>): build it with make build", filepath.Dir(self))
 	}
+	cms, _ := filepath.Glob(filepath.Join(filepath.Dir(self), "cert-manager-*-v*"))
+	if len(cms) == 0 {
+		return fmt.Errorf("upstream's cert-manager is not beside labsim (%s/cert-manager-<component>-<version>): build it with make build", filepath.Dir(self))
+	}
 	files := map[string]string{src: l.K3sBinary()}
-	for _, op := range ops {
-		files[op] = l.path("bin", filepath.Base(op))
+	for _, b := range append(ops, cms...) {
+		files[b] = l.path("bin", filepath.Base(b))
 	}
 	for src, dst := range files {
 		if err := linkOrCopy(src, dst); err != nil {

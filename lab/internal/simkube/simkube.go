@@ -1,20 +1,15 @@
-// Package simkube holds what the lab's own controllers (its
-// helm-controller, kube-vip, the deploy controller) share: watches and
-// loops, leader election, applying CRDs and Deployments, Events worded as
-// the real components word them. Upstream's controller manager and the
-// lab's kubelet take a Deployment from there.
+// Package simkube holds what the lab's own stand-ins (k3s's, kube-vip's,
+// the kubelet's) share: leader election on a Lease, applying a CRD and
+// waiting until it is Established, Events worded as the real components
+// word them.
 package simkube
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -23,65 +18,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
-
-// Trigger coalesces "something changed" signals for a level-triggered
-// reconcile loop: many events while a reconcile runs make one more pass.
-type Trigger chan struct{}
-
-// NewTrigger returns a trigger that has fired once, so the loop starts
-// with a full pass.
-func NewTrigger() Trigger {
-	t := make(Trigger, 1)
-	t <- struct{}{}
-	return t
-}
-
-// Fire asks for one more reconcile pass.
-func (t Trigger) Fire() {
-	select {
-	case t <- struct{}{}:
-	default:
-	}
-}
-
-// Watch fires t on every change to gvr's objects in all namespaces, until
-// ctx ends; a watch the server closes is re-established.
-func Watch(ctx context.Context, dc dynamic.Interface, gvr schema.GroupVersionResource, t Trigger) {
-	for ctx.Err() == nil {
-		list, err := dc.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			// The resource may not exist yet (a CRD a chart installs).
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		w, err := dc.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
-		if err != nil {
-			continue
-		}
-		for range w.ResultChan() {
-			t.Fire()
-		}
-		w.Stop()
-		t.Fire()
-	}
-}
-
-// Loop runs reconcile on every trigger and every resync, until ctx ends.
-func Loop(ctx context.Context, t Trigger, resync time.Duration, reconcile func(context.Context)) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t:
-		case <-time.After(resync):
-		}
-		reconcile(ctx)
-	}
-}
 
 // Event records an Event on obj as component would.
 func Event(ctx context.Context, cs kubernetes.Interface, obj corev1.ObjectReference, component, typ, reason, msg string) {
@@ -97,104 +33,6 @@ func Event(ctx context.Context, cs kubernetes.Interface, obj corev1.ObjectRefere
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}, metav1.CreateOptions{})
 }
-
-// EnsureNamespace creates ns if it does not exist.
-func EnsureNamespace(ctx context.Context, cs kubernetes.Interface, ns string) error {
-	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return err
-}
-
-// Deployment is a Deployment the simulators make, with one container.
-type Deployment struct {
-	Namespace, Name string
-	Labels          map[string]string
-	Image           string
-	Owner           *metav1.OwnerReference
-	// Pod, when set, is the pod template's spec as the chart renders it
-	// (its container's image is Image).
-	Pod *corev1.PodSpec
-	// Selector, when set, is the chart's selector (else the instance
-	// label).
-	Selector map[string]string
-}
-
-// ApplyDeployment creates or updates d; upstream's deployment controller
-// and the lab's kubelet take it from there.
-func ApplyDeployment(ctx context.Context, cs kubernetes.Interface, d Deployment) error {
-	one := int32(1)
-	sel := d.Selector
-	if sel == nil {
-		sel = map[string]string{"app.kubernetes.io/instance": d.Name}
-	}
-	podLabels := map[string]string{}
-	for k, v := range d.Labels {
-		podLabels[k] = v
-	}
-	for k, v := range sel {
-		podLabels[k] = v
-	}
-	pod := corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: d.Image}}}
-	if d.Pod != nil {
-		pod = *d.Pod
-	}
-	want := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: sel},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
-				Spec:       pod,
-			},
-		},
-	}
-	if d.Owner != nil {
-		want.OwnerReferences = []metav1.OwnerReference{*d.Owner}
-	}
-	deps := cs.AppsV1().Deployments(d.Namespace)
-	cur, err := deps.Get(ctx, d.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		cur, err = deps.Create(ctx, want, metav1.CreateOptions{})
-	case err == nil:
-		cur.Labels, cur.OwnerReferences, cur.Spec = want.Labels, want.OwnerReferences, want.Spec
-		cur, err = deps.Update(ctx, cur, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("apply Deployment %s/%s: %w", d.Namespace, d.Name, err)
-	}
-	return nil
-}
-
-// Available reports a Deployment's Available condition.
-func Available(d *appsv1.Deployment) bool {
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func shortHash(s string) string {
-	var h uint32 = 2166136261
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint32(s[i])) * 16777619
-	}
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	out := make([]byte, 10)
-	for i := range out {
-		out[i] = alphabet[h%uint32(len(alphabet))]
-		h = h/uint32(len(alphabet)) + uint32(i)*2654435761
-	}
-	return string(out)
-}
-
-// Suffix is a pod-name suffix like the ones the API server generates.
-func Suffix(seed string) string { return shortHash(seed)[:5] }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
@@ -223,34 +61,6 @@ func ApplyCRD(ctx context.Context, dc dynamic.Interface, u *unstructured.Unstruc
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// StatusError is an HTTP answer other than 200 OK.
-type StatusError struct{ Status string }
-
-func (e *StatusError) Error() string { return e.Status }
-
-// Fetch GETs url (bounded to 30 s) and returns the body of a 200 answer,
-// or a *StatusError with the answer's status line.
-func Fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, &StatusError{Status: resp.Status}
-	}
-	return io.ReadAll(resp.Body)
 }
 
 // Election is a Lease the lab's simulated controllers elect a leader by,

@@ -22,13 +22,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +47,32 @@ const (
 	tokenTTL = 3607 * time.Second
 )
 
+// upstreamImages are the images whose containers run upstream's own
+// binary, built from its Go module (make build puts each in the lab's
+// bin/ as <name>-<tag>): the image's repository names the build.
+var upstreamImages = map[string]string{
+	"registry.k8s.io/capi-operator/cluster-api-operator": "cluster-api-operator",
+	"quay.io/jetstack/cert-manager-controller":           "cert-manager-controller",
+	"quay.io/jetstack/cert-manager-webhook":              "cert-manager-webhook",
+	"quay.io/jetstack/cert-manager-cainjector":           "cert-manager-cainjector",
+	"quay.io/jetstack/cert-manager-startupapicheck":      "cert-manager-startupapicheck",
+}
+
+// splitImage is an image's repository and tag.
+func splitImage(image string) (repo, tag string) {
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		return image[:i], image[i+1:]
+	}
+	return image, "latest"
+}
+
+// isUpstream tells whether the image's container is upstream's binary.
+func isUpstream(image string) bool {
+	repo, _ := splitImage(image)
+	_, ok := upstreamImages[repo]
+	return ok
+}
+
 // logf writes a line to the server's log as k3s logs, from the kubelet.
 func logf(w io.Writer, format string, args ...any) {
 	if w != nil {
@@ -57,7 +80,7 @@ func logf(w io.Writer, format string, args ...any) {
 	}
 }
 
-// process is one run of a container: the operator's binary (cmd), or
+// process is one run of a container: upstream's binary (cmd), or
 // klipper-helm's work in a goroutine (code, set before done closes).
 type process struct {
 	cmd  *exec.Cmd
@@ -72,9 +95,11 @@ func (p *process) kill() {
 	<-p.done
 }
 
-// runOperator starts the operator's container, notices its exit and
+// runBinary starts a container of upstream's binary, notices its exit
+// (restarted with back-off, or the pod done, by its restartPolicy) and
 // probes its readiness.
-func (k *Kubelet) runOperator(ctx context.Context, p *corev1.Pod, st *podState, now time.Time) {
+func (k *Kubelet) runBinary(ctx context.Context, p *corev1.Pod, st *podState, now time.Time) {
+	ctr := p.Spec.Containers[0]
 	if st.proc != nil {
 		select {
 		case <-st.proc.done:
@@ -84,38 +109,48 @@ func (k *Kubelet) runOperator(ctx context.Context, p *corev1.Pod, st *podState, 
 			if ps != nil {
 				code = int32(ps.ExitCode())
 			}
-			st.exit(now, code, "")
-			k.logf("operator in %s/%s exited (%v); back-off until %s", p.Namespace, p.Name, ps, st.next.Format(time.RFC3339))
+			switch policy := p.Spec.RestartPolicy; {
+			case code == 0 && policy != corev1.RestartPolicyAlways:
+				st.complete(now)
+				k.logf("%s in %s/%s completed", ctr.Name, p.Namespace, p.Name)
+			case code != 0 && policy == corev1.RestartPolicyNever:
+				st.fail(now, code)
+				k.logf("%s in %s/%s failed (%v)", ctr.Name, p.Namespace, p.Name, ps)
+			default:
+				st.exit(now, code, "")
+				k.logf("%s in %s/%s exited (%v); back-off until %s", ctr.Name, p.Namespace, p.Name, ps, st.next.Format(time.RFC3339))
+			}
 		default:
-			if !st.ready && probe(ctx, st.ip, healthPort(p)) {
+			if !st.ready && k.ready(ctx, p, st) {
 				st.ready = true
-				k.logf("operator in %s/%s ready", p.Namespace, p.Name)
+				k.logf("%s in %s/%s ready", ctr.Name, p.Namespace, p.Name)
 			}
 		}
 		return
 	}
-	if now.Before(st.next) {
+	if st.done != nil || now.Before(st.next) {
 		return
 	}
-	proc, reason, err := k.startOperator(ctx, p, st)
+	proc, reason, err := k.startBinary(ctx, p, st)
 	if err != nil {
 		// Not started: the reason is the kubelet's (a volume not
 		// mountable yet, an image not pulled); it tries again.
 		st.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
 		st.next = now.Add(10 * time.Second)
-		k.logf("start operator in %s/%s: %v", p.Namespace, p.Name, err)
+		k.logf("start %s in %s/%s: %v", ctr.Name, p.Namespace, p.Name, err)
 		return
 	}
 	st.proc = proc
 }
 
-// binary is the operator build for the container's image tag.
+// binary is upstream's build for the container's image.
 func (k *Kubelet) binary(image string) (string, error) {
-	i := strings.LastIndex(image, ":")
-	if i < 0 {
-		return "", fmt.Errorf("image %s has no tag", image)
+	repo, tag := splitImage(image)
+	name, ok := upstreamImages[repo]
+	if !ok {
+		return "", fmt.Errorf("failed to pull image %q: the lab builds no binary for it", image)
 	}
-	p := filepath.Join(k.LabDir, "bin", "cluster-api-operator-"+image[i+1:])
+	p := filepath.Join(k.LabDir, "bin", name+"-"+tag)
 	if _, err := os.Stat(p); err != nil {
 		// What a kubelet reports for an image no registry has.
 		return "", fmt.Errorf("failed to pull image %q: not found (the lab has no %s)", image, p)
@@ -123,36 +158,25 @@ func (k *Kubelet) binary(image string) (string, error) {
 	return p, nil
 }
 
-// startOperator writes what the pod's volumes hold and starts its
-// container; a failure comes with the waiting reason a kubelet gives.
-func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState) (*process, string, error) {
+// bindScript runs a container's process in a mount namespace of its own
+// with each volume bound at its mountPath: "$@" is pairs of directory
+// and mountPath, "--", then the command. Every value is an argument, none
+// is read by the shell as code.
+const bindScript = `while [ "$1" != -- ]; do mkdir -p "$2" && mount --bind "$1" "$2" || exit 1; shift 2; done; shift; exec "$@"`
+
+// startBinary lays out the pod's volumes and starts its container; a
+// failure comes with the waiting reason a kubelet gives.
+func (k *Kubelet) startBinary(ctx context.Context, p *corev1.Pod, st *podState) (*process, string, error) {
 	spec := p.Spec
 	ctr := spec.Containers[0]
 	bin, err := k.binary(ctr.Image)
 	if err != nil {
 		return nil, "ErrImagePull", err
 	}
-	// The webhook certificate: a missing Secret keeps the pod in
-	// ContainerCreating, as the kubelet waits for a secret volume.
-	for _, vm := range ctr.VolumeMounts {
-		for _, v := range spec.Volumes {
-			if v.Name != vm.Name || v.Secret == nil {
-				continue
-			}
-			sec, err := k.CS.CoreV1().Secrets(p.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
-			if err != nil {
-				return nil, "ContainerCreating", fmt.Errorf("MountVolume.SetUp failed for volume %q: %w", v.Name, err)
-			}
-			if err := writeDir(vm.MountPath, sec.Data); err != nil {
-				return nil, "ContainerCreating", err
-			}
-		}
-	}
-	sa := spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	if err := k.writeToken(ctx, p, sa, saDir); err != nil {
+	binds, tokens, err := k.volumes(ctx, p, ctr)
+	if err != nil {
+		// A Secret not there yet keeps the pod in ContainerCreating,
+		// as the kubelet waits for a secret volume.
 		return nil, "ContainerCreating", err
 	}
 	home := "/var/lib/lab-pods/" + p.Namespace + "_" + p.Name
@@ -168,10 +192,9 @@ func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState
 		// the lab does not impersonate.
 		"GOPROXY=off",
 	}
+	vars := k.containerEnv(p, st, ctr)
 	for _, e := range ctr.Env {
-		if e.ValueFrom == nil {
-			env = append(env, e.Name+"="+e.Value)
-		}
+		env = append(env, e.Name+"="+vars[e.Name])
 	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return nil, "RunContainerError", err
@@ -184,7 +207,12 @@ func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState
 	cw := &criWriter{f: logFile}
 	stdout, stderr := cw.stream("stdout"), cw.stream("stderr")
 	cctx, cancel := context.WithCancel(context.Background())
-	argv := append([]string{bin}, ctr.Args...)
+	argv := []string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", bindScript, "sh"}
+	for _, b := range binds {
+		argv = append(argv, b.dir, b.mountPath)
+	}
+	argv = append(append(argv, "--", bin), expandArgs(ctr.Command[min(1, len(ctr.Command)):], vars)...)
+	argv = append(argv, expandArgs(ctr.Args, vars)...)
 	if k.Net != nil && !p.Spec.HostNetwork {
 		// In the pod's network namespace, as the container joins its
 		// sandbox's.
@@ -218,8 +246,10 @@ func (k *Kubelet) startOperator(ctx context.Context, p *corev1.Pod, st *podState
 		close(proc.done)
 	}()
 	st.start(time.Now())
-	k.logf("started operator %s (pid %d) in %s/%s: %s %s", ctr.Image, cmd.Process.Pid, p.Namespace, p.Name, filepath.Base(bin), strings.Join(ctr.Args, " "))
-	go k.refreshToken(cctx, p, sa, saDir)
+	k.logf("started %s %s (pid %d) in %s/%s: %s %s", ctr.Name, ctr.Image, cmd.Process.Pid, p.Namespace, p.Name, filepath.Base(bin), strings.Join(ctr.Args, " "))
+	for _, t := range tokens {
+		go k.refreshToken(cctx, p, t.sa, t.dir)
+	}
 	return proc, "", nil
 }
 
@@ -271,29 +301,4 @@ func writeDir(dir string, files map[string][]byte) error {
 		}
 	}
 	return nil
-}
-
-// healthPort is the readiness probe's port (the chart's healthAddr),
-// the manager's default 9440 without one.
-func healthPort(p *corev1.Pod) int {
-	for _, c := range p.Spec.Containers {
-		if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil {
-			return c.ReadinessProbe.HTTPGet.Port.IntValue()
-		}
-	}
-	return 9440
-}
-
-// probe is the readiness probe: GET /readyz on the pod's address
-// answers 200.
-func probe(ctx context.Context, ip string, port int) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(port))+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
 }
