@@ -113,9 +113,10 @@ func main() {
 	}
 }
 
-// newConfiguration is the configuration upstream defaults to
-// (internal/apis/config/controller/v1alpha1/defaults.go and
-// internal/apis/config/shared/v1alpha1/defaults.go of v1.21.2).
+// newConfiguration is the configuration upstream defaults to (cert-manager
+// v1.21.2's internal/apis/config/controller/v1alpha1/defaults.go, and the
+// leader election defaults of the v1alpha1 package of its shared config
+// types).
 func newConfiguration() (*config.ControllerConfiguration, error) {
 	cfg := &config.ControllerConfiguration{
 		KubernetesAPIQPS: 20, KubernetesAPIBurst: 50,
