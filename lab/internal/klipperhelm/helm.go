@@ -1,6 +1,7 @@
 package klipperhelm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,12 +28,13 @@ type result struct {
 const defaultTimeout = 300 * time.Second
 
 // helm does what klipper-helm's entry does for an install Job
-// (k3s-io/klipper-helm entry, helm_update, at v0.9.8-build20250709):
+// (k3s-io/klipper-helm entry, helm_update, at v0.13.3-build20260727):
 // helm status, then by the release's state: install (none), upgrade
 // (deployed), or, for a failed one, by FAILURE_POLICY: uninstall and
-// install again (reinstall, the default) or stop (abort). A release left
-// pending by an interrupted run is set failed first; a pending upgrade is
-// retried as an upgrade.
+// install again (reinstall, the default), upgrade (retry) or stop
+// (abort). A release an interrupted run left pending (or superseded) is
+// set failed first; a pending upgrade or a superseded one is retried as
+// an upgrade.
 func (c *Runner) helm(ctx context.Context, name string, s Spec, j Job) result {
 	cfg, err := c.configuration(j, s.TargetNamespace)
 	if err != nil {
@@ -50,37 +52,43 @@ func (c *Runner) helm(ctx context.Context, name string, s Spec, j Job) result {
 	var log strings.Builder
 	op := "install"
 	if last != nil {
-		switch st := last.Info.Status; st {
-		case release.StatusPendingInstall, release.StatusPendingUpgrade, release.StatusPendingRollback, release.StatusUninstalling:
+		st := last.Info.Status
+		switch st {
+		case release.StatusPendingInstall, release.StatusPendingUpgrade, release.StatusPendingRollback, release.StatusSuperseded, release.StatusUninstalling:
 			fmt.Fprintf(&log, "Previous helm job was interrupted, updating status from %s to failed\n", st)
 			last.Info.Status = release.StatusFailed
 			if err := cfg.Releases.Update(last); err != nil {
 				return result{log: log.String(), err: fmt.Errorf("Error: %v", err)}
 			}
-			if st == release.StatusPendingUpgrade {
+			if st == release.StatusPendingUpgrade || st == release.StatusSuperseded {
 				fmt.Fprintf(&log, "Retrying upgrade of %s\n", name)
 				op = "upgrade"
-			} else {
-				op = c.onFailure(j)
+				break
 			}
+			st = release.StatusFailed
 		case release.StatusDeployed:
 			fmt.Fprintf(&log, "Already installed %s\nUpgrading %s\n", name, name)
 			op = "upgrade"
+		}
+		switch st {
 		case release.StatusFailed, release.StatusUninstalled, release.StatusUnknown:
-			op = c.onFailure(j)
+			switch policy := cmp.Or(j.Env["FAILURE_POLICY"], "reinstall"); policy {
+			case "abort":
+				return result{log: log.String(), err: fmt.Errorf("Release status is '%s' and failure policy is '%s'; waiting for operator intervention", st, policy)}
+			case "reinstall":
+				un := action.NewUninstall(cfg)
+				un.Wait, un.Timeout = true, timeout(j)
+				if _, err := un.Run(name); err != nil {
+					return result{log: log.String(), err: fmt.Errorf("Error: uninstall: %v", err)}
+				}
+				log.WriteString("Deleted\n")
+				op = "install"
+			case "retry":
+				op = "upgrade"
+			default:
+				return result{log: log.String(), err: fmt.Errorf("Unknown failure policy '%s'", policy)}
+			}
 		}
-	}
-	switch op {
-	case "abort":
-		return result{log: log.String(), err: fmt.Errorf("Release status is '%s' and failure policy is '%s', not 'reinstall'; waiting for operator intervention", last.Info.Status, j.Env["FAILURE_POLICY"])}
-	case "reinstall":
-		un := action.NewUninstall(cfg)
-		un.Wait, un.Timeout = true, timeout(j)
-		if _, err := un.Run(name); err != nil {
-			return result{log: log.String(), err: fmt.Errorf("Error: uninstall: %v", err)}
-		}
-		log.WriteString("Deleted\n")
-		op = "install"
 	}
 	failed := "INSTALLATION FAILED"
 	if op == "upgrade" {
@@ -126,15 +134,6 @@ func (c *Runner) helm(ctx context.Context, name string, s Spec, j Job) result {
 		fmt.Fprintf(&log, "NOTES:\n%s\n", strings.TrimSpace(rel.Info.Notes))
 	}
 	return result{log: log.String()}
-}
-
-// onFailure is klipper-helm's FAILURE_POLICY for a failed release:
-// reinstall unless the HelmChart says abort.
-func (c *Runner) onFailure(j Job) string {
-	if p := j.Env["FAILURE_POLICY"]; p == "abort" {
-		return "abort"
-	}
-	return "reinstall"
 }
 
 // timeout is the Job's TIMEOUT (helm --timeout), helm's default without.

@@ -97,9 +97,10 @@ func TestRunConfigHash(t *testing.T) {
 }
 
 // TestRunFailurePolicy: a release left failed is uninstalled and
-// installed again (FAILURE_POLICY reinstall, the default), or left for
-// the operator (abort); one left pending by an interrupted run is set
-// failed first, and a pending upgrade is retried as an upgrade.
+// installed again (FAILURE_POLICY reinstall, the default), upgraded
+// (retry) or left for the operator (abort); an unknown policy stops. One
+// left pending by an interrupted run is set failed first, and a pending
+// upgrade is retried as an upgrade.
 func TestRunFailurePolicy(t *testing.T) {
 	repoURL := chartRepo(t)
 	ctx := context.Background()
@@ -140,8 +141,21 @@ func TestRunFailurePolicy(t *testing.T) {
 	t.Run("abort", func(t *testing.T) {
 		r, cs := failing(t)
 		_, err := r.Run(ctx, job("abort"))
-		if err == nil || err.Error() != "Release status is 'failed' and failure policy is 'abort', not 'reinstall'; waiting for operator intervention" || status(cs) != "v1=failed" {
+		if err == nil || err.Error() != "Release status is 'failed' and failure policy is 'abort'; waiting for operator intervention" || status(cs) != "v1=failed" {
 			t.Errorf("abort: %v, releases %s", err, status(cs))
+		}
+	})
+	t.Run("retry", func(t *testing.T) {
+		r, cs := failing(t)
+		out, err := r.Run(ctx, job("retry"))
+		if err != nil || !strings.HasPrefix(out, "NAME: demo\n") || status(cs) != "v1=superseded v2=deployed" {
+			t.Errorf("retry: %q %v, releases %s", out, err, status(cs))
+		}
+	})
+	t.Run("unknown policy", func(t *testing.T) {
+		r, cs := failing(t)
+		if _, err := r.Run(ctx, job("later")); err == nil || err.Error() != "Unknown failure policy 'later'" || status(cs) != "v1=failed" {
+			t.Errorf("unknown policy: %v, releases %s", err, status(cs))
 		}
 	})
 	t.Run("pending upgrade", func(t *testing.T) {
