@@ -59,12 +59,15 @@ quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api/vers
   -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
 # cert-manager at each version the lab's chart repository serves: go.mod's,
 # and the older ones through their own modfile (lab/certmanager/<v>.mod).
-echo "building upstream's cert-manager $certmanager and older (controller, webhook, cainjector, startupapicheck): first run only, about 4 minutes on 2 cores"
+# One binary per version, named per component by links (the kubelet runs
+# bin/cert-manager-<component>-<version>).
+echo "building upstream's cert-manager $certmanager and older (controller, webhook, cainjector, startupapicheck in one binary): first run only, about 4 minutes on 2 cores"
 for v in "$certmanager" $(cd "$root/lab/certmanager" && ls v*.mod 2>/dev/null | sed 's/\.mod$//'); do
   modfile=()
   [ "$v" = "$certmanager" ] || modfile=("-modfile=$v.mod")
+  quiet "$root/lab/certmanager" "$GO" build "${modfile[@]}" -ldflags "-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$v" \
+    -o "$bin/cert-manager-$v" .
   for c in controller webhook cainjector startupapicheck; do
-    quiet "$root/lab/certmanager" "$GO" build "${modfile[@]}" -ldflags "-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$v" \
-      -o "$bin/cert-manager-$c-$v" "./$c"
+    ln -sfn "cert-manager-$v" "$bin/cert-manager-$c-$v"
   done
 done

@@ -93,16 +93,15 @@ func Binary(t testing.TB) string {
 			{upstream, filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion, ""},
 		}
 		// cert-manager's commands at each version the lab's chart
-		// repository serves: go.mod's, and the others by their modfile.
+		// repository serves (go.mod's, the others by their modfile):
+		// one binary, linked under each component's name.
 		for _, v := range CertManagerVersions {
 			modfile := ""
 			if v != CertManagerVersion {
 				modfile = v + ".mod"
 			}
-			for _, c := range []string{"controller", "webhook", "cainjector", "startupapicheck"} {
-				builds = append(builds, build{cm, filepath.Join(dir, "cert-manager-"+c+"-"+v), "./" + c,
-					"-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=" + v, modfile})
-			}
+			builds = append(builds, build{cm, filepath.Join(dir, "cert-manager-"+v), ".",
+				"-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=" + v, modfile})
 		}
 		for _, b := range builds {
 			args := []string{"-C", b.module, "build", "-ldflags", b.ldflags, "-o", b.out}
@@ -113,6 +112,14 @@ func Binary(t testing.TB) string {
 			if err != nil {
 				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
 				return
+			}
+		}
+		for _, v := range CertManagerVersions {
+			for _, c := range []string{"controller", "webhook", "cainjector", "startupapicheck"} {
+				if err := os.Symlink("cert-manager-"+v, filepath.Join(dir, "cert-manager-"+c+"-"+v)); err != nil {
+					buildErr = err
+					return
+				}
 			}
 		}
 	})

@@ -157,9 +157,10 @@ func (l *Lab) copyK3s() error {
 	if len(ops) == 0 {
 		return fmt.Errorf("upstream's cluster-api-operator is not beside labsim (%s/cluster-api-operator-<version>): build it with make build", filepath.Dir(self))
 	}
-	cms, _ := filepath.Glob(filepath.Join(filepath.Dir(self), "cert-manager-*-v*"))
+	// cert-manager-<version>, and the links to it that name each component.
+	cms, _ := filepath.Glob(filepath.Join(filepath.Dir(self), "cert-manager-*"))
 	if len(cms) == 0 {
-		return fmt.Errorf("upstream's cert-manager is not beside labsim (%s/cert-manager-<component>-<version>): build it with make build", filepath.Dir(self))
+		return fmt.Errorf("upstream's cert-manager is not beside labsim (%s/cert-manager-<version>): build it with make build", filepath.Dir(self))
 	}
 	files := map[string]string{src: l.K3sBinary()}
 	for _, b := range append(ops, cms...) {
@@ -177,6 +178,11 @@ func linkOrCopy(src, dst string) error {
 	_ = os.Remove(dst)
 	if err := os.Link(src, dst); err == nil {
 		return nil
+	}
+	// A link that names a build (cert-manager-<component>-<version>) is
+	// made again: its target is relative, beside it.
+	if target, err := os.Readlink(src); err == nil {
+		return os.Symlink(target, dst)
 	}
 	b, err := os.ReadFile(src)
 	if err != nil {

@@ -1,10 +1,10 @@
-// Command webhook is cert-manager's webhook as its image runs it
+// Package webhook is cert-manager's webhook as its image runs it
 // (quay.io/jetstack/cert-manager-webhook): the flags of
 // pkg/webhook/options, then the server internal/webhook builds with every
 // cert-manager resource's validation, defaulting and conversion, serving
 // with a certificate from its dynamic CA (the chart's
 // --dynamic-serving-ca-secret-* flags) until SIGTERM.
-package main
+package webhook
 
 import (
 	"fmt"
@@ -21,7 +21,8 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/webhook/options"
 )
 
-func main() {
+// Main runs the command with os.Args, as its image's entrypoint does.
+func Main() {
 	ctx, stop := cmd.Context()
 	defer stop()
 	logf.InitLogs()

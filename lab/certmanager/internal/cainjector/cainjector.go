@@ -1,4 +1,4 @@
-// Command cainjector is cert-manager's CA injector as its image runs it
+// Package cainjector is cert-manager's CA injector as its image runs it
 // (quay.io/jetstack/cert-manager-cainjector): with the configuration's
 // defaults (internal/apis/config/cainjector/v1alpha1) and the flags
 // upstream's command takes, a controller-runtime manager with a
@@ -7,7 +7,7 @@
 // the CA of a Certificate's Secret (cert-manager.io/inject-ca-from) or of
 // a Secret (cert-manager.io/inject-ca-from-secret) into the webhook
 // configurations and CRDs that ask for it.
-package main
+package cainjector
 
 import (
 	"context"
@@ -49,7 +49,8 @@ import (
 	_ "github.com/cert-manager/cert-manager/internal/cainjector/feature"
 )
 
-func main() {
+// Main runs the command with os.Args, as its image's entrypoint does.
+func Main() {
 	ctx, stop := cmd.Context()
 	defer stop()
 	logf.InitLogs()

@@ -1,4 +1,4 @@
-// Command controller is cert-manager's controller as its image runs it
+// Package controller is cert-manager's controller as its image runs it
 // (quay.io/jetstack/cert-manager-controller): the configuration's defaults,
 // upstream's flags, then, once it holds the Lease cert-manager-controller,
 // every enabled controller of pkg/controller over shared informers, with
@@ -9,7 +9,7 @@
 // serve; so neither is upstream's defaults package
 // (internal/apis/config/controller/v1alpha1), which imports every
 // controller: newConfiguration sets the same defaults, cited.
-package main
+package controller
 
 import (
 	"context"
@@ -82,7 +82,8 @@ var (
 	allControllers = append(slices.Clone(defaultEnabled), shimgatewaycontroller.ControllerName)
 )
 
-func main() {
+// Main runs the command with os.Args, as its image's entrypoint does.
+func Main() {
 	ctx, stop := cmd.Context()
 	defer stop()
 	logf.InitLogs()

@@ -1,4 +1,4 @@
-// Command startupapicheck is what cert-manager's startupapicheck image
+// Package startupapicheck is what cert-manager's startupapicheck image
 // runs as the chart's post-install hook Job: `check api --wait=<d>`,
 // cmctl's check (cert-manager/cmctl pkg/check/api) on
 // pkg/util/cmapichecker: a dry-run CertificateRequest through the API
@@ -6,7 +6,7 @@
 // answers and cainjector has injected its CA. It polls until the check
 // passes or --wait runs out; then it exits 1, and helm's hook (and so the
 // install) fails.
-package main
+package startupapicheck
 
 import (
 	"context"
@@ -23,7 +23,8 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/util/cmapichecker"
 )
 
-func main() {
+// Main runs the command with os.Args, as its image's entrypoint does.
+func Main() {
 	ctx, stop := cmd.Context()
 	defer stop()
 	fs := pflag.NewFlagSet("startupapicheck", pflag.ContinueOnError)
