@@ -97,9 +97,13 @@ func (p Plan) Empty() bool { return len(p.Changes) == 0 }
 
 // Step is one idempotent unit of convergence.
 //
-// Check must not mutate anything: in a normal run it is handed read-only
-// access, and in check mode Apply is never called. Apply carries out exactly
-// the plan Check returned.
+// Check must not mutate anything, and Apply carries out exactly the plan
+// Check returned. What keeps Check to reading is, for now, each step's own
+// discipline and its tests: a step holds read-write hosts and clusters, and
+// reads through remote.ReadOnly where it opts in; only a check-mode or
+// status session hands every step hosts behind that read-only gate, and
+// never calls Apply. Read-only capabilities handed to Check in every mode
+// are issue #29's.
 type Step interface {
 	// ID is stable kebab-case, unique within its phase; it is what logs,
 	// JSON events and tests refer to.
