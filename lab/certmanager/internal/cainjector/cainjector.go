@@ -43,7 +43,6 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
 	"github.com/cert-manager/cert-manager/pkg/util"
-	utilfeature "github.com/cert-manager/cert-manager/pkg/util/feature"
 
 	// The cainjector's feature gates, registered as upstream's command registers them.
 	_ "github.com/cert-manager/cert-manager/internal/cainjector/feature"
@@ -60,18 +59,10 @@ func Main() {
 		cmd.Exit(err)
 	}
 	fs := pflag.NewFlagSet("cainjector", pflag.ContinueOnError)
-	var configFile string
-	fs.StringVar(&configFile, "config", "", "Path to a file containing a CAInjectorConfiguration object used to configure the cainjector")
 	addFlags(fs, cfg)
-	cmd.Parse(fs, os.Args[1:], &cfg.Logging)
-	if configFile != "" {
-		cmd.Exit(fmt.Errorf("--config: the lab's cainjector takes its configuration from flags only"))
-	}
+	cmd.ParseFlagsOnly(fs, os.Args[1:], "Path to a file containing a CAInjectorConfiguration object used to configure the cainjector", &cfg.Logging, &cfg.FeatureGates)
 	if errs := validation.ValidateCAInjectorConfiguration(cfg, field.NewPath("config")); len(errs) > 0 {
 		cmd.Exit(fmt.Errorf("error validating flags: %w", errs.ToAggregate()))
-	}
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(cfg.FeatureGates); err != nil {
-		cmd.Exit(fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err))
 	}
 	log := logf.Log.WithName("cainjector")
 	ctx = logf.NewContext(ctx, log)

@@ -16,6 +16,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
+	utilfeature "github.com/cert-manager/cert-manager/pkg/util/feature"
 )
 
 // Context is cancelled when the process is asked to stop.
@@ -32,6 +33,22 @@ func Parse(fs *pflag.FlagSet, args []string, logging *logsapi.LoggingConfigurati
 	}
 	if err := logf.ValidateAndApply(logging); err != nil {
 		Exit(err)
+	}
+}
+
+// ParseFlagsOnly is Parse for a command the lab configures by flags
+// alone: it takes upstream's --config (a configuration file) and refuses
+// it (configUsage is upstream's help for it), then sets the feature gates
+// the flags named.
+func ParseFlagsOnly(fs *pflag.FlagSet, args []string, configUsage string, logging *logsapi.LoggingConfiguration, gates *map[string]bool) {
+	var configFile string
+	fs.StringVar(&configFile, "config", "", configUsage)
+	Parse(fs, args, logging)
+	if configFile != "" {
+		Exit(fmt.Errorf("--config: the lab's %s takes its configuration from flags only", fs.Name()))
+	}
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(*gates); err != nil {
+		Exit(fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err))
 	}
 }
 

@@ -55,7 +55,6 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/healthz"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
 	"github.com/cert-manager/cert-manager/pkg/util"
-	utilfeature "github.com/cert-manager/cert-manager/pkg/util/feature"
 
 	// The controller's feature gates, and the issuers its controllers
 	// sign with, registered as upstream's command registers them.
@@ -93,16 +92,8 @@ func Main() {
 		cmd.Exit(err)
 	}
 	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
-	var configFile string
-	fs.StringVar(&configFile, "config", "", "Path to a file containing a ControllerConfiguration object used to configure the controller")
 	addFlags(fs, cfg)
-	cmd.Parse(fs, os.Args[1:], &cfg.Logging)
-	if configFile != "" {
-		cmd.Exit(fmt.Errorf("--config: the lab's controller takes its configuration from flags only"))
-	}
-	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(cfg.FeatureGates); err != nil {
-		cmd.Exit(fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err))
-	}
+	cmd.ParseFlagsOnly(fs, os.Args[1:], "Path to a file containing a ControllerConfiguration object used to configure the controller", &cfg.Logging, &cfg.FeatureGates)
 	enabled, err := enabledControllers(cfg.Controllers)
 	if err != nil {
 		cmd.Exit(err)
