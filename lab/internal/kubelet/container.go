@@ -35,10 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Names the operator's chart gives its pod's pieces
-// (hack/charts/cluster-api-operator of cluster-api-operator v0.28.0).
 const (
-	OperatorSelector = "clusterctl.cluster.x-k8s.io/core=capi-operator"
 	// Where a pod finds its ServiceAccount (k8s.io/client-go/rest
 	// InClusterConfig reads these paths).
 	saDir = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -13,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/simkube"
@@ -72,12 +69,8 @@ func (k *Kubelet) runHelm(ctx context.Context, p *corev1.Pod, st *podState, now 
 	// The container's credentials: its ServiceAccount's projected token
 	// (helm-controller binds helm-<name> to its job ClusterRole), read
 	// by helm as in-cluster config.
-	sa := p.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	tokenDir := filepath.Join(k.podDir(), string(p.UID), "volumes", "kubernetes.io~projected", "kube-api-access")
-	if err := k.writeToken(ctx, p, sa, tokenDir); err != nil {
+	tokenFile, err := k.apiAccess(ctx, p)
+	if err != nil {
 		st.waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 		st.next = now.Add(2 * time.Second)
 		k.logf("mount volumes of %s/%s: %v", p.Namespace, p.Name, err)
@@ -90,8 +83,7 @@ func (k *Kubelet) runHelm(ctx context.Context, p *corev1.Pod, st *podState, now 
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	proc := &process{done: make(chan struct{}), stop: cancel}
-	job := klipperhelm.Job{Env: env, Args: ctr.Args, Values: values, Kube: &rest.Config{Host: "https://" + net.JoinHostPort(k.IP, "6443"),
-		BearerTokenFile: filepath.Join(tokenDir, "token"), TLSClientConfig: rest.TLSClientConfig{CAData: k.CA}}}
+	job := klipperhelm.Job{Env: env, Args: ctr.Args, Values: values, Kube: k.podConfig(tokenFile)}
 	go func() {
 		defer close(proc.done)
 		cw := &criWriter{f: logFile}
@@ -156,18 +148,12 @@ func (k *Kubelet) volumeFiles(ctx context.Context, p *corev1.Pod, ctr corev1.Con
 		if err != nil {
 			return nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", vol.Name, err)
 		}
-		if len(s.items) == 0 {
-			for key, data := range sec.Data {
-				files = append(files, klipperhelm.File{Name: key, Data: data})
-			}
-			continue
+		named, err := items(sec.Data, s.items, "secret")
+		if err != nil {
+			return nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", vol.Name, err)
 		}
-		for _, it := range s.items {
-			data, ok := sec.Data[it.Key]
-			if !ok {
-				return nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : references non-existent secret key: %s", vol.Name, it.Key)
-			}
-			files = append(files, klipperhelm.File{Name: it.Path, Data: data})
+		for name, data := range named {
+			files = append(files, klipperhelm.File{Name: name, Data: data})
 		}
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/kubevip"
 )
@@ -34,20 +33,14 @@ func (k *Kubelet) runKubeVIP(ctx context.Context, p *corev1.Pod, st *podState, n
 	}
 	ctr := p.Spec.Containers[0]
 	cfg, _ := kubevip.FromContainer(ctr)
-	sa := p.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
-	// The projected token's file, where the kubelet keeps a pod's
-	// volumes; client-go rereads it as the kubelet refreshes it.
-	tokenDir := filepath.Join(k.podDir(), string(p.UID), "volumes", "kubernetes.io~projected", "kube-api-access")
-	if err := k.writeToken(ctx, p, sa, tokenDir); err != nil {
+	tokenFile, err := k.apiAccess(ctx, p)
+	if err != nil {
 		st.waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 		st.next = now.Add(2 * time.Second)
 		k.logf("mount volumes of %s/%s: %v", p.Namespace, p.Name, err)
 		return
 	}
-	cs, err := k.podClient(filepath.Join(tokenDir, "token"))
+	cs, err := k.podClient(tokenFile)
 	if err != nil {
 		st.waiting = &corev1.ContainerStateWaiting{Reason: "RunContainerError", Message: err.Error()}
 		return
@@ -68,7 +61,7 @@ func (k *Kubelet) runKubeVIP(ctx context.Context, p *corev1.Pod, st *podState, n
 			cw.wait()
 			logFile.Close()
 		}()
-		go k.refreshToken(cctx, p, sa, tokenDir)
+		go k.refreshToken(cctx, p, serviceAccount(p), filepath.Dir(tokenFile))
 		if !cfg.Supported() {
 			// Another mode of kube-vip's (services, BGP): the lab does
 			// none, and says so; the container runs idle.
@@ -90,8 +83,7 @@ func (k *Kubelet) podClient(tokenFile string) (kubernetes.Interface, error) {
 	if k.PodClient != nil {
 		return k.PodClient(tokenFile)
 	}
-	return kubernetes.NewForConfig(&rest.Config{Host: "https://" + k.IP + ":6443", BearerTokenFile: tokenFile,
-		TLSClientConfig: rest.TLSClientConfig{CAData: k.CA}})
+	return kubernetes.NewForConfig(k.podConfig(tokenFile))
 }
 
 // podDir is where the kubelet keeps its pods' directories.

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 )
 
@@ -57,7 +58,7 @@ func (k *Kubelet) volumes(ctx context.Context, p *corev1.Pod, ctr corev1.Contain
 					return nil, nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", vol.Name, err)
 				}
 			}
-			files, err := items(sec.Data, vol.Secret.Items)
+			files, err := items(sec.Data, vol.Secret.Items, "secret")
 			if err != nil {
 				return nil, nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", vol.Name, err)
 			}
@@ -78,7 +79,7 @@ func (k *Kubelet) volumes(ctx context.Context, p *corev1.Pod, ctr corev1.Contain
 			for key, v := range cm.Data {
 				data[key] = []byte(v)
 			}
-			files, err := items(data, vol.ConfigMap.Items)
+			files, err := items(data, vol.ConfigMap.Items, "config")
 			if err != nil {
 				return nil, nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", vol.Name, err)
 			}
@@ -87,10 +88,7 @@ func (k *Kubelet) volumes(ctx context.Context, p *corev1.Pod, ctr corev1.Contain
 			}
 		case vol.Projected != nil && serviceAccountToken(vol.Projected):
 			d = dir("projected")
-			sa := p.Spec.ServiceAccountName
-			if sa == "" {
-				sa = "default"
-			}
+			sa := serviceAccount(p)
 			if err := k.writeToken(ctx, p, sa, d); err != nil {
 				return nil, nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", vol.Name, err)
 			}
@@ -111,6 +109,36 @@ func (k *Kubelet) volumes(ctx context.Context, p *corev1.Pod, ctr corev1.Contain
 	return binds, tokens, nil
 }
 
+// serviceAccount is the pod's ServiceAccount: "default" when it names
+// none, as the ServiceAccount admission plugin sets it.
+func serviceAccount(p *corev1.Pod) string {
+	if p.Spec.ServiceAccountName == "" {
+		return "default"
+	}
+	return p.Spec.ServiceAccountName
+}
+
+// apiAccess writes, where the kubelet keeps a pod's volumes, the token
+// volume a container reads in-cluster config from (for the stand-ins that
+// run in the kubelet, not in a container of their own: kube-vip's
+// election, klipper-helm's work), and returns its token file: client-go
+// rereads it as the kubelet refreshes it.
+func (k *Kubelet) apiAccess(ctx context.Context, p *corev1.Pod) (string, error) {
+	dir := filepath.Join(k.podDir(), string(p.UID), "volumes", "kubernetes.io~projected", "kube-api-access")
+	if err := k.writeToken(ctx, p, serviceAccount(p), dir); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "token"), nil
+}
+
+// podConfig is the in-cluster config a pod's container makes from its
+// token file: this server's API server (no kube-proxy routes the
+// kubernetes Service here), the cluster's CA.
+func (k *Kubelet) podConfig(tokenFile string) *rest.Config {
+	return &rest.Config{Host: "https://" + net.JoinHostPort(k.IP, "6443"), BearerTokenFile: tokenFile,
+		TLSClientConfig: rest.TLSClientConfig{CAData: k.CA}}
+}
+
 // serviceAccountToken tells a projected volume with a token in it (the
 // admission plugin's kube-api-access-xxxxx).
 func serviceAccountToken(v *corev1.ProjectedVolumeSource) bool {
@@ -122,9 +150,10 @@ func serviceAccountToken(v *corev1.ProjectedVolumeSource) bool {
 	return false
 }
 
-// items are a volume's files: every key under its name, or the items'
-// keys at their paths.
-func items(data map[string][]byte, list []corev1.KeyToPath) (map[string][]byte, error) {
+// items are a Secret's or ConfigMap's files in a volume: every key under
+// its name, or the items' keys at their paths; kind words a missing key as
+// the kubelet does ("secret", "config").
+func items(data map[string][]byte, list []corev1.KeyToPath, kind string) (map[string][]byte, error) {
 	if len(list) == 0 {
 		return data, nil
 	}
@@ -132,7 +161,7 @@ func items(data map[string][]byte, list []corev1.KeyToPath) (map[string][]byte, 
 	for _, it := range list {
 		v, ok := data[it.Key]
 		if !ok {
-			return nil, fmt.Errorf("references non-existent key: %s", it.Key)
+			return nil, fmt.Errorf("references non-existent %s key: %s", kind, it.Key)
 		}
 		files[it.Path] = v
 	}
