@@ -24,7 +24,9 @@ type Net struct {
 	Prefix string // e.g. "ml3fa2c1"; namespaces are <prefix>-<host>
 }
 
-func run(args ...string) (string, error) {
+// Run runs a command and returns its output; its error holds the command
+// line and what it wrote on stderr.
+func Run(args ...string) (string, error) {
 	var out, errb bytes.Buffer
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -49,7 +51,7 @@ func (n Net) Bridge() error {
 		{"ip", "-n", ns, "link", "set", "br0", "up"},
 	}
 	for _, s := range steps {
-		if _, err := run(s...); err != nil {
+		if _, err := Run(s...); err != nil {
 			return err
 		}
 	}
@@ -71,7 +73,7 @@ func (n Net) AddHost(host, addr, ifTag, mac string) error {
 	// A host removed a moment ago may still hold its bridge port: the
 	// kernel frees a namespace (and its veth) only once its last process
 	// is gone. The port of a host being added again is stale: drop it.
-	_, _ = run("ip", "-n", br, "link", "del", peer)
+	_, _ = Run("ip", "-n", br, "link", "del", peer)
 	steps := [][]string{
 		{"ip", "netns", "add", ns},
 		{"ip", "-n", ns, "link", "set", "lo", "up"},
@@ -91,7 +93,7 @@ func (n Net) AddHost(host, addr, ifTag, mac string) error {
 		{"ip", "-n", ns, "route", "add", "default", "via", Gateway},
 	}...)
 	for _, s := range steps {
-		if _, err := run(s...); err != nil {
+		if _, err := Run(s...); err != nil {
 			return fmt.Errorf("add host %s: %w", host, err)
 		}
 	}
@@ -109,13 +111,13 @@ func remove(ns string) error {
 		return nil
 	}
 	KillAll(ns)
-	_, err := run("ip", "netns", "delete", ns)
+	_, err := Run("ip", "netns", "delete", ns)
 	return err
 }
 
 // KillAll kills every process in the namespace.
 func KillAll(ns string) {
-	out, _ := run("ip", "netns", "pids", ns)
+	out, _ := Run("ip", "netns", "pids", ns)
 	for _, f := range strings.Fields(out) {
 		if pid, err := strconv.Atoi(f); err == nil {
 			_ = exec.Command("kill", "-KILL", strconv.Itoa(pid)).Run()
@@ -124,7 +126,7 @@ func KillAll(ns string) {
 }
 
 func exists(ns string) bool {
-	out, _ := run("ip", "netns", "list")
+	out, _ := Run("ip", "netns", "list")
 	for _, line := range strings.Split(out, "\n") {
 		if f := strings.Fields(line); len(f) > 0 && f[0] == ns {
 			return true
@@ -135,7 +137,7 @@ func exists(ns string) bool {
 
 // List returns the lab's namespaces that exist now.
 func (n Net) List() []string {
-	out, _ := run("ip", "netns", "list")
+	out, _ := Run("ip", "netns", "list")
 	var names []string
 	for _, line := range strings.Split(out, "\n") {
 		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], n.Prefix+"-") {
@@ -166,7 +168,7 @@ func (n Net) Destroy() error {
 // the network without noticing (its own link stays up), as when a cable or
 // switch port fails.
 func (n Net) SetPort(host, state string) error {
-	_, err := run("ip", "-n", n.NS("net"), "link", "set", "v-"+host, state)
+	_, err := Run("ip", "-n", n.NS("net"), "link", "set", "v-"+host, state)
 	if err != nil {
 		return fmt.Errorf("set %s's port %s: %w", host, state, err)
 	}

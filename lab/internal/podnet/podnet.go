@@ -26,18 +26,18 @@
 package podnet
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/netns"
 )
 
 // Where a node keeps its pod network, as k3s's CNI configuration has it
@@ -70,23 +70,11 @@ type Network struct {
 	podCIDR netip.Prefix
 }
 
-// Command runs a command and returns its output; its error holds the
-// command line and what it wrote on stderr.
-func Command(args ...string) (string, error) {
-	var out, errb bytes.Buffer
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
-}
-
 func (n *Network) run(args ...string) (string, error) {
 	if n.Run != nil {
 		return n.Run(args...)
 	}
-	return Command(args...)
+	return netns.Run(args...)
 }
 
 func (n *Network) netnsDir() string {

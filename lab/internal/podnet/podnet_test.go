@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/netns"
 )
 
 func TestLastAddrAndVeth(t *testing.T) {
@@ -56,7 +58,7 @@ func TestNetwork(t *testing.T) {
 	}
 	must := func(args ...string) string {
 		t.Helper()
-		out, err := Command(args...)
+		out, err := netns.Run(args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +149,7 @@ func TestNetwork(t *testing.T) {
 	if ids := n.Sandboxes(); len(ids) != 1 || ids[0] != "b" {
 		t.Errorf("sandboxes after a's teardown: %v", ids)
 	}
-	if out, _ := Command("ip", "link", "show", veth("a")); out != "" {
+	if out, _ := netns.Run("ip", "link", "show", veth("a")); out != "" {
 		t.Errorf("a's veth is still there: %s", out)
 	}
 	if c, err := n.Sandbox("c"); err != nil || c != "10.42.0.2" {
