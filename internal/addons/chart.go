@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -88,6 +89,16 @@ type VM struct {
 	Cluster func() *kube.Cluster
 }
 
+// conn is the name of the connection the VM's files are written over:
+// the server the run reached the cluster through, or before there is one
+// (a check run) the cluster's name.
+func (v *VM) conn() string {
+	if v.Host == nil {
+		return v.Name
+	}
+	return v.Host.Name()
+}
+
 // Manifest writes a chart's HelmChart file when its content differs, then
 // (a step.Waiter) waits until the chart is usable, so a chart that fails to
 // install fails this step, the one that changed it.
@@ -127,13 +138,7 @@ func (s *Manifest) Check(ctx context.Context) (step.Plan, error) {
 	summary := fmt.Sprintf("%s HelmChart %s %s (%s)", action, s.C.Name, s.C.Version, s.C.Path())
 	file := remote.File{Path: s.C.Path(), Content: want, Mode: 0o600, Owner: "root:root", Sudo: true}
 	return step.Plan{Changes: []step.Change{{Target: s.C.Path(), Action: action, Summary: summary,
-		Diff: &step.Diff{Path: s.C.Path(), Before: string(cur), After: string(want)}, Payload: file}}}, nil
-}
-
-// Apply implements step.Step: it writes the planned file.
-func (s *Manifest) Apply(ctx context.Context, p step.Plan) error {
-	_, err := s.V.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
-	return err
+		Diff: &step.Diff{Path: s.C.Path(), Before: string(cur), After: string(want)}, Effects: []effect.Effect{effect.Write{Host: s.V.conn(), File: file}}}}}, nil
 }
 
 func (s *Manifest) ready() *Ready { return &Ready{C: s.C} }

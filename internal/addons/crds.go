@@ -50,9 +50,6 @@ func (s *ProviderAPI) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{Note: providerAPINote}, nil
 }
 
-// Apply implements step.Step; the plan is always empty.
-func (s *ProviderAPI) Apply(ctx context.Context, p step.Plan) error { return nil }
-
 // Observe implements step.Waiter.
 func (s *ProviderAPI) Observe(ctx context.Context) (bool, string, error) {
 	cl := s.V.Cluster()

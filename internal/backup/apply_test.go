@@ -2,15 +2,21 @@ package backup
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
 	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
 // files is a recording host whose files can be read.
@@ -23,46 +29,66 @@ func (f files) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, er
 	return f.content[path], nil
 }
 
-// TestBackupSteps: Save runs the planned command and learns the
-// snapshot's name from k3s's answer; Fetch writes the backup where its
-// plan says and deletes the server's copy; Restore writes the planned
-// files and runs the planned command, nothing recomputed.
+// snapshotSum answers the sha256 and size query of Fetch's Check as
+// sha256sum and stat print them.
+func snapshotSum(content []byte) string {
+	sum := sha256.Sum256(content)
+	return fmt.Sprintf("%s\n%d\n", hex.EncodeToString(sum[:]), len(content))
+}
+
+// TestBackupSteps: Save runs its planned command and learns the
+// snapshot's name from k3s's answer; Fetch's plan copies the snapshot
+// (checked against the sha256 read on the server) and the token into the
+// backup directory, writes the rest and deletes the server's copy; Restore
+// writes the planned files and runs the planned command. Carried out as a
+// run does, each does exactly its plan on the server.
 func TestBackupSteps(t *testing.T) {
 	ctx := context.Background()
-	h := files{&remotetest.Host{HostName: "lab-mgmt", Answer: func(c remote.Cmd) (remote.Result, error) {
-		if len(c.Args) > 2 && c.Args[1] == "etcd-snapshot" && c.Args[2] == "save" {
+	snapPath := SnapshotDir + "/mgmtctl-lab-mgmt-1764752400"
+	h := files{&remotetest.Host{HostName: "lab-mgmt-1", Answer: func(c remote.Cmd) (remote.Result, error) {
+		switch {
+		case len(c.Args) > 2 && c.Args[1] == "etcd-snapshot" && c.Args[2] == "save":
 			return remote.Result{Stderr: []byte(`time="2026-12-03T09:00:00Z" level=info msg="Snapshot mgmtctl-lab-mgmt-1764752400 saved."` + "\n")}, nil
+		case c.ReadOnly && len(c.Args) == 5 && c.Args[4] == snapPath:
+			return remote.Result{Stdout: []byte(snapshotSum([]byte("etcd bytes")))}, nil
 		}
 		return remote.Result{}, nil
 	}}, map[string][]byte{
-		SnapshotDir + "/mgmtctl-lab-mgmt-1764752400": []byte("etcd bytes"),
+		snapPath:  []byte("etcd bytes"),
 		TokenPath: []byte("K10abc::server:secret\n"),
 	}}
 	dir := filepath.Join(t.TempDir(), "lab-mgmt")
 	take := &Take{V: &VM{Name: "lab-mgmt", Host: h}, Dir: dir, Config: []byte("kind: ManagementCluster\n"),
 		Now: func() time.Time { return time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC) }, Manifest: Manifest{Cluster: "lab-mgmt"}}
+	bdir := filepath.Join(dir, "20261203T090000Z")
+	plans := map[string][]string{
+		"etcd-snapshot": {"on lab-mgmt-1: k3s etcd-snapshot save --name mgmtctl (as root)"},
+		"copy": {
+			"copy lab-mgmt-1:" + snapPath + " to " + bdir + "/snapshot (0600), sha256 " + strings.Fields(snapshotSum([]byte("etcd bytes")))[0],
+			"write " + bdir + "/snapshot.sha256 (75 bytes, 0600)",
+			"copy lab-mgmt-1:" + TokenPath + " to " + bdir + "/token (0600)",
+			"write " + bdir + "/mgmt.yaml (24 bytes, 0600)",
+			"write " + bdir + "/backup.json (220 bytes, 0600)",
+			"on lab-mgmt-1: k3s etcd-snapshot delete mgmtctl-lab-mgmt-1764752400 (as root)",
+		},
+	}
 	for _, s := range []step.Step{&Save{T: take}, &Fetch{T: take}} {
 		p, err := s.Check(ctx)
 		if err != nil || len(p.Changes) != 1 {
 			t.Fatalf("%s plan: %+v %v", s.ID(), p, err)
 		}
-		if err := s.Apply(ctx, p); err != nil {
+		if got := steptest.Effects(p); !reflect.DeepEqual(got, plans[s.ID()]) {
+			t.Errorf("%s plan:\n%q\nwant\n%q", s.ID(), got, plans[s.ID()])
+		}
+		if err := step.CarryOut(ctx, s, p, steptest.Executor(nil, h)); err != nil {
 			t.Fatalf("%s: %v", s.ID(), err)
 		}
 	}
-	want := []string{"run sudo-as-root k3s etcd-snapshot save --name mgmtctl", "run sudo-as-root k3s etcd-snapshot delete mgmtctl-lab-mgmt-1764752400"}
-	var got []string
-	for _, c := range h.Ran() {
-		pre := "run "
-		if c.Sudo {
-			pre += "sudo-as-root "
-		}
-		got = append(got, pre+c.String())
+	want := []string{"run k3s etcd-snapshot save --name mgmtctl", "run k3s etcd-snapshot delete mgmtctl-lab-mgmt-1764752400"}
+	if got := h.Effects(); !reflect.DeepEqual(got, want) {
+		t.Errorf("did %q", got)
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("ran %q", got)
-	}
-	b, err := Read(filepath.Join(dir, "20261203T090000Z"))
+	b, err := Read(bdir)
 	if err != nil || b.Snapshot != "mgmtctl-lab-mgmt-1764752400" {
 		t.Fatalf("backup: %+v %v", b, err)
 	}
@@ -71,54 +97,53 @@ func TestBackupSteps(t *testing.T) {
 		t.Errorf("backup content: %q %q %v", snap, token, err)
 	}
 
-	// Restore carries out its payload.
-	rh := &remotetest.Host{HostName: "lab-mgmt"}
+	// Restore carries out its plan.
+	rh := &remotetest.Host{HostName: "lab-mgmt-1"}
 	r := &Restore{V: &VM{Name: "lab-mgmt", Host: rh}, B: b, Snapshot: snap, Token: token}
 	p, err := r.Check(ctx)
 	if err != nil || len(p.Changes) != 1 {
 		t.Fatalf("restore plan: %+v %v", p, err)
 	}
-	pl := p.Changes[0].Payload.(Restoration)
-	if pl.Token.Mode != 0o600 || string(pl.Token.Content) != "K10abc::server:secret\n" || pl.Snapshot.Path != SnapshotDir+"/mgmtctl-lab-mgmt-1764752400" {
-		t.Errorf("restore payload: %+v", pl)
+	wantPlan := []string{"on lab-mgmt-1: write " + snapPath + " (10 bytes, 0600, root:root)", "on lab-mgmt-1: write " + restoreTokenPath + " (22 bytes, 0600, root:root)",
+		"on lab-mgmt-1: restore etcd snapshot mgmtctl-lab-mgmt-1764752400 with k3s server --cluster-reset (as root)"}
+	if got := steptest.Effects(p); !reflect.DeepEqual(got, wantPlan) {
+		t.Errorf("restore plan:\n%q\nwant\n%q", got, wantPlan)
 	}
-	pl.Snapshot.Path, pl.Run = "/planned", remote.Command("echo", "planned")
-	p.Changes[0].Payload = pl
-	if err := r.Apply(ctx, p); err != nil {
+	before := len(rh.Effects())
+	if err := step.CarryOut(ctx, r, p, steptest.Executor(nil, rh)); err != nil {
 		t.Fatal(err)
 	}
-	if ev := rh.Events(); !reflect.DeepEqual(ev[1:], []string{"write /planned", "write " + restoreTokenPath, "run echo planned"}) {
-		t.Errorf("restore did %q", ev)
+	run := remote.Script("", restoreScript, snapPath, restoreTokenPath)
+	if got := rh.Effects()[before:]; !reflect.DeepEqual(got, []string{"write " + snapPath, "write " + restoreTokenPath, "run " + run.String()}) {
+		t.Errorf("restore did %q", got)
 	}
 }
 
-// TestFetchCarriesOutItsCopy: the backup's directory, its time, what is
-// read and the server-side delete are the plan's, not chosen again: a
-// clock that moves between Check and Apply changes nothing.
-func TestFetchCarriesOutItsCopy(t *testing.T) {
+// TestFetchRefusesACopyNotPlanned: a snapshot whose bytes are not the ones
+// whose sha256 the plan holds (changed on the server since) is not kept,
+// and the server's copy stays.
+func TestFetchRefusesACopyNotPlanned(t *testing.T) {
 	ctx := context.Background()
-	h := files{&remotetest.Host{HostName: "lab-mgmt"}, map[string][]byte{
-		"/planned/snap": []byte("etcd bytes"), "/planned/token": []byte("K10abc::server:secret\n")}}
-	clock := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	snapPath := SnapshotDir + "/mgmtctl-lab-mgmt-1"
+	h := files{&remotetest.Host{HostName: "lab-mgmt", Answer: func(c remote.Cmd) (remote.Result, error) {
+		return remote.Result{Stdout: []byte(snapshotSum([]byte("planned bytes")))}, nil
+	}}, map[string][]byte{snapPath: []byte("other bytes"), TokenPath: []byte("K10abc::server:secret\n")}}
 	take := &Take{V: &VM{Name: "lab-mgmt", Host: h}, Dir: t.TempDir(), Config: []byte("kind: ManagementCluster\n"),
-		Now: func() time.Time { clock = clock.Add(time.Hour); return clock }, Manifest: Manifest{Cluster: "lab-mgmt"}, snapshot: "mgmtctl-lab-mgmt-1"}
+		Now: time.Now, Manifest: Manifest{Cluster: "lab-mgmt"}, snapshot: "mgmtctl-lab-mgmt-1"}
 	f := &Fetch{T: take}
 	p, err := f.Check(ctx)
 	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "then k3s etcd-snapshot delete mgmtctl-lab-mgmt-1 on the server") {
 		t.Fatalf("plan: %+v %v", p, err)
 	}
-	c := p.Changes[0].Payload.(Copy)
-	planned := filepath.Join(take.Dir, "planned")
-	c.Snapshot, c.Token, c.Dir, c.Delete = "/planned/snap", "/planned/token", planned, remote.Command("echo", "deleted")
-	p.Changes[0].Payload = c
-	if err := f.Apply(ctx, p); err != nil {
-		t.Fatal(err)
+	err = step.CarryOut(ctx, f, p, steptest.Executor(nil, h))
+	var mm *effect.MismatchError
+	if !errors.As(err, &mm) {
+		t.Fatalf("err = %v", err)
 	}
-	b, err := Read(planned)
-	if err != nil || !b.Created.Equal(c.Created) || b.Snapshot != "snap" {
-		t.Fatalf("backup %+v %v; want its time %s from the plan", b, err, c.Created)
+	if all, _ := List(take.Dir); len(all) != 0 {
+		t.Errorf("backups %+v", all)
 	}
-	if got := h.Effects(); !reflect.DeepEqual(got, []string{"run echo deleted"}) {
-		t.Errorf("effects %q", got)
+	if got := h.Effects(); len(got) != 0 {
+		t.Errorf("did %q on the server", got)
 	}
 }

@@ -58,14 +58,28 @@ type Backup struct {
 	Manifest
 }
 
-// Write stores a backup in dir (created; it must not exist yet).
+// manifestBytes is backup.json's content.
+func manifestBytes(m Manifest) ([]byte, error) {
+	man, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(man, '\n'), nil
+}
+
+// sumLine is snapshot.sha256's content, as sha256sum writes it.
+func sumLine(sum string) []byte { return []byte(sum + "  " + snapshotFile + "\n") }
+
+// Write stores a backup in dir (created; it must not exist yet). The
+// backup command's plan writes the same files (Fetch); Write is for the
+// tests that need a backup on disk.
 func Write(dir string, m Manifest, snapshot, token, config []byte) error {
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("backup %s exists already", dir)
 	}
 	sum := sha256.Sum256(snapshot)
 	m.SHA256, m.Size = hex.EncodeToString(sum[:]), int64(len(snapshot))
-	man, err := json.MarshalIndent(m, "", "  ")
+	man, err := manifestBytes(m)
 	if err != nil {
 		return err
 	}
@@ -76,10 +90,10 @@ func Write(dir string, m Manifest, snapshot, token, config []byte) error {
 		data []byte
 	}{
 		{snapshotFile, snapshot},
-		{sumFile, []byte(m.SHA256 + "  " + snapshotFile + "\n")},
+		{sumFile, sumLine(m.SHA256)},
 		{tokenFile, append([]byte(strings.TrimSpace(string(token))), '\n')},
 		{configFile, config},
-		{manifestFile, append(man, '\n')},
+		{manifestFile, man},
 	} {
 		if err := localfile.Write(filepath.Join(dir, f.name), f.data); err != nil {
 			return fmt.Errorf("write backup %s: %w", dir, err)

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+
+	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
 // TestWriteListLoad: a backup is private (0700 directory, 0600 files), is
@@ -79,10 +82,10 @@ func TestPruneKeepsTheNewest(t *testing.T) {
 		}
 	}
 	p, err := (&Prune{Dir: dir, Keep: 2}).Check(context.Background())
-	if err != nil || len(p.Changes) != 1 || p.Changes[0].Payload != filepath.Join(dir, "old") {
+	if err != nil || len(p.Changes) != 1 || !reflect.DeepEqual(steptest.Effects(p), []string{"remove " + filepath.Join(dir, "old") + " and all it holds"}) {
 		t.Fatalf("plan: %+v %v", p, err)
 	}
-	if err := (&Prune{Dir: dir, Keep: 2}).Apply(context.Background(), p); err != nil {
+	if err := step.CarryOut(context.Background(), &Prune{Dir: dir, Keep: 2}, p, steptest.Executor(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := List(dir); len(list) != 2 || list[1].Dir != filepath.Join(dir, "mid") {

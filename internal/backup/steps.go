@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -19,6 +20,15 @@ import (
 type VM struct {
 	Name string
 	Host remote.Host
+}
+
+// conn is the name of the connection to the server (for a plan's
+// effects): the VM the run reached.
+func (v *VM) conn() string {
+	if v.Host == nil {
+		return v.Name
+	}
+	return v.Host.Name()
 }
 
 // Take is one backup run: where it goes and what it records. Save fills
@@ -37,7 +47,7 @@ type Take struct {
 // Save takes an on-demand etcd snapshot on the server.
 type Save struct{ T *Take }
 
-var _ step.Step = (*Save)(nil)
+var _ step.Finisher = (*Save)(nil)
 
 // ID implements step.Step.
 func (s *Save) ID() string { return "etcd-snapshot" }
@@ -49,7 +59,7 @@ func (s *Save) Host() string { return s.T.V.Name }
 func (s *Save) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{Changes: []step.Change{{Target: SnapshotDir, Action: step.Create,
 		Summary: "save an etcd snapshot of " + s.T.V.Name,
-		Payload: remote.Command("k3s", "etcd-snapshot", "save", "--name", SnapshotName).AsRoot()}}}, nil
+		Effects: []effect.Effect{effect.Run{Host: s.T.V.conn(), Cmd: remote.Command("k3s", "etcd-snapshot", "save", "--name", SnapshotName).AsRoot()}}}}}, nil
 }
 
 var savedRE = regexp.MustCompile(`Snapshot (\S+) saved\.`)
@@ -64,15 +74,16 @@ func etcdDisabled(err error) bool {
 	return errors.As(err, &ee) && strings.Contains(ee.Stderr, "etcd datastore disabled")
 }
 
-// Apply implements step.Step.
-func (s *Save) Apply(ctx context.Context, p step.Plan) error {
-	res, err := s.T.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
+// Finish implements step.Finisher: k3s names the snapshot it saved in its
+// log (stderr), and Fetch copies that one.
+func (s *Save) Finish(ctx context.Context, out []remote.Result, err error) error {
 	if etcdDisabled(err) {
 		return fmt.Errorf("k3s on %s keeps its data in SQLite, which k3s cannot snapshot: run mgmtctl apply first (it turns on embedded etcd, cluster-init: true, which k3s converts to on restart): %w", s.T.V.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("k3s etcd-snapshot save: %w", err)
 	}
+	res := out[0]
 	m := savedRE.FindSubmatch(append(res.Stderr, res.Stdout...))
 	if m == nil {
 		return fmt.Errorf("k3s etcd-snapshot save did not name the snapshot it saved: %q", string(res.Stderr))
@@ -86,19 +97,7 @@ func (s *Save) Apply(ctx context.Context, p step.Plan) error {
 // laptop's copy is the backup; on-demand snapshots are never pruned by k3s).
 type Fetch struct{ T *Take }
 
-var _ step.Step = (*Fetch)(nil)
-
-// Copy is Fetch's payload: everything its Apply reads, writes and
-// deletes, with the backup's time chosen once, in Check.
-type Copy struct {
-	// Snapshot and Token are read from the server.
-	Snapshot, Token string
-	// Dir is the new backup directory on the laptop; Created its time.
-	Dir     string
-	Created time.Time
-	// Delete removes the server's copy once the laptop has it.
-	Delete remote.Cmd
-}
+var _ step.Finisher = (*Fetch)(nil)
 
 // ID implements step.Step.
 func (s *Fetch) ID() string { return "copy" }
@@ -106,7 +105,11 @@ func (s *Fetch) ID() string { return "copy" }
 // Host implements step.Step.
 func (s *Fetch) Host() string { return s.T.V.Name }
 
-// Check implements step.Step.
+// Check implements step.Step. The snapshot's sha256 and size are read on
+// the server, so the plan holds the whole backup directory: the snapshot
+// (its copy checked against that sha256), its checksum file, the token,
+// mgmt.yaml, and backup.json last (a directory without one is an
+// interrupted backup, which List skips); then the server's copy goes.
 func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 	if s.T.snapshot == "" {
 		return step.Plan{Skip: "no snapshot was saved"}, nil
@@ -116,35 +119,44 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 	for n, base := 2, dir; exists(dir); n++ {
 		dir = fmt.Sprintf("%s-%d", base, n) // two backups in one second
 	}
-	c := Copy{Snapshot: path.Join(SnapshotDir, s.T.snapshot), Token: TokenPath, Dir: dir, Created: now,
-		Delete: remote.Command("k3s", "etcd-snapshot", "delete", s.T.snapshot).AsRoot()}
-	return step.Plan{Changes: []step.Change{{Target: dir, Action: step.Create,
-		Summary: fmt.Sprintf("copy %s and the server token %s to %s (snapshot, token, mgmt.yaml, backup.json; 0600); then %s on the server",
-			c.Snapshot, c.Token, dir, c.Delete.Display()), Payload: c}}}, nil
-}
-
-// Apply implements step.Step: it carries out the planned Copy.
-func (s *Fetch) Apply(ctx context.Context, p step.Plan) error {
-	c := p.Changes[0].Payload.(Copy)
-	step.Progress(ctx, "copying "+c.Snapshot)
-	snap, err := s.T.V.Host.ReadFile(ctx, c.Snapshot, true)
+	snap := path.Join(SnapshotDir, s.T.snapshot)
+	res, err := remote.ReadOnly(s.T.V.Host).Run(ctx, remote.Query("sh", "-c", `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, "sh", snap).AsRoot())
 	if err != nil {
-		return fmt.Errorf("read %s: %w", c.Snapshot, err)
+		return step.Plan{}, fmt.Errorf("read the sha256 of %s: %w", snap, err)
 	}
-	step.Progress(ctx, fmt.Sprintf("copied %.1f MiB; reading the server token", float64(len(snap))/(1<<20)))
-	token, err := s.T.V.Host.ReadFile(ctx, c.Token, true)
-	if err != nil {
-		return fmt.Errorf("read the server token: %w", err)
+	var sum string
+	var size int64
+	if _, err := fmt.Sscan(string(res.Stdout), &sum, &size); err != nil || len(sum) != 64 {
+		return step.Plan{}, fmt.Errorf("read the sha256 of %s: %q", snap, res.Stdout)
 	}
 	m := s.T.Manifest
-	m.Created, m.Snapshot = c.Created, path.Base(c.Snapshot)
-	if err := Write(c.Dir, m, snap, token, s.T.Config); err != nil {
-		return err
+	m.Created, m.Snapshot, m.SHA256, m.Size = now, s.T.snapshot, sum, size
+	man, err := manifestBytes(m)
+	if err != nil {
+		return step.Plan{}, err
 	}
-	if _, err := s.T.V.Host.Run(ctx, c.Delete); err != nil {
-		return fmt.Errorf("the backup is in %s; deleting the server's copy failed: %w", c.Dir, err)
+	host := s.T.V.conn()
+	del := remote.Command("k3s", "etcd-snapshot", "delete", s.T.snapshot).AsRoot()
+	effects := []effect.Effect{
+		effect.Download{Host: host, Path: snap, Sudo: true, To: filepath.Join(dir, snapshotFile), SHA256: sum},
+		effect.WriteLocal{Path: filepath.Join(dir, sumFile), Content: sumLine(sum)},
+		effect.Download{Host: host, Path: TokenPath, Sudo: true, To: filepath.Join(dir, tokenFile)},
+		effect.WriteLocal{Path: filepath.Join(dir, configFile), Content: s.T.Config},
+		effect.WriteLocal{Path: filepath.Join(dir, manifestFile), Content: man},
+		effect.Run{Host: host, Cmd: del},
 	}
-	return nil
+	return step.Plan{Changes: []step.Change{{Target: dir, Action: step.Create,
+		Summary: fmt.Sprintf("copy %s (%.1f MiB) and the server token %s to %s (snapshot, token, mgmt.yaml, backup.json; 0600); then %s on the server",
+			snap, float64(size)/(1<<20), TokenPath, dir, del.Display()), Effects: effects}}}, nil
+}
+
+// Finish implements step.Finisher: a failure after the backup is complete
+// says where it is.
+func (s *Fetch) Finish(ctx context.Context, out []remote.Result, err error) error {
+	if err != nil && len(out) == 6 {
+		return fmt.Errorf("the backup is complete; deleting the server's copy failed: %w", err)
+	}
+	return err
 }
 
 // Prune keeps the newest Keep backups in Dir.
@@ -173,19 +185,9 @@ func (s *Prune) Check(ctx context.Context) (step.Plan, error) {
 	var p step.Plan
 	for _, b := range all[s.Keep:] {
 		p.Changes = append(p.Changes, step.Change{Target: b.Dir, Action: step.Delete,
-			Summary: fmt.Sprintf("remove backup %s (keeping the newest %d)", b.Dir, s.Keep), Payload: b.Dir})
+			Summary: fmt.Sprintf("remove backup %s (keeping the newest %d)", b.Dir, s.Keep), Effects: []effect.Effect{effect.RemoveLocal{Path: b.Dir, Tree: true}}})
 	}
 	return p, nil
-}
-
-// Apply implements step.Step.
-func (s *Prune) Apply(ctx context.Context, p step.Plan) error {
-	for _, c := range p.Changes {
-		if err := os.RemoveAll(c.Payload.(string)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Restore puts a backup's snapshot back on the server with k3s's cluster
@@ -226,12 +228,6 @@ k3s server --cluster-reset --cluster-reset-restore-path="$snap" --token-file="$t
 install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token
 systemctl start k3s`
 
-// Restoration is the restore's payload.
-type Restoration struct {
-	Snapshot, Token remote.File
-	Run             remote.Cmd
-}
-
 // Check implements step.Step.
 func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
 	res, err := remote.ReadOnly(s.V.Host).Run(ctx, remote.Query("sh", "-c", "command -v k3s").Allow(1, 127))
@@ -242,30 +238,15 @@ func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, fmt.Errorf("k3s is not installed on %s: run mgmtctl apply first (it builds the server the snapshot is restored onto)", s.V.Name)
 	}
 	snap := path.Join(SnapshotDir, s.B.Snapshot)
-	r := Restoration{
-		Snapshot: remote.File{Path: snap, Content: s.Snapshot, Mode: 0o600, Owner: "root:root", Sudo: true},
-		Token:    remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true},
-		Run:      remote.Script("restore etcd snapshot "+s.B.Snapshot+" with k3s server --cluster-reset", restoreScript, snap, restoreTokenPath).AsRoot(),
+	effects := []effect.Effect{
+		effect.Write{Host: s.V.conn(), File: remote.File{Path: snap, Content: s.Snapshot, Mode: 0o600, Owner: "root:root", Sudo: true}},
+		effect.Write{Host: s.V.conn(), File: remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}},
+		effect.Run{Host: s.V.conn(), Cmd: remote.Script("restore etcd snapshot "+s.B.Snapshot+" with k3s server --cluster-reset", restoreScript, snap, restoreTokenPath).AsRoot()},
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.V.Name, Action: step.Run,
-		Summary: fmt.Sprintf("restore snapshot %s (taken %s) on %s: k3s stops, its etcd is replaced, k3s starts from the snapshot", s.B.Snapshot, s.B.Created.Format(time.RFC3339), s.V.Name),
-		Payload: r}}}, nil
-}
-
-// Apply implements step.Step.
-func (s *Restore) Apply(ctx context.Context, p step.Plan) error {
-	r := p.Changes[0].Payload.(Restoration)
-	step.Progress(ctx, fmt.Sprintf("copying the snapshot (%.1f MiB) to %s", float64(len(r.Snapshot.Content))/(1<<20), s.V.Name))
-	for _, f := range []remote.File{r.Snapshot, r.Token} {
-		if _, err := s.V.Host.WriteFile(ctx, f); err != nil {
-			return fmt.Errorf("write %s: %w", f.Path, err)
-		}
-	}
-	step.Progress(ctx, "k3s restores the snapshot")
-	if _, err := s.V.Host.Run(ctx, r.Run); err != nil {
-		return err
-	}
-	return nil
+		Summary: fmt.Sprintf("restore snapshot %s (taken %s, %.1f MiB) on %s: k3s stops, its etcd is replaced, k3s starts from the snapshot",
+			s.B.Snapshot, s.B.Created.Format(time.RFC3339), float64(len(s.Snapshot))/(1<<20), s.V.Name),
+		Effects: effects}}}, nil
 }
 
 func exists(p string) bool {

@@ -2,19 +2,20 @@ package capi
 
 import (
 	"context"
-	"strings"
+	"reflect"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
 // recorder answers every request and keeps it, so a test sees exactly what
@@ -49,30 +50,23 @@ func (r *recorder) sent() []string {
 	return out
 }
 
-// TestApplyRunsThePlan: the capi steps' Apply sends exactly the payload of
-// its plan: each payload is replaced after Check (on a cluster that does
-// not exist yet, so everything is planned), and the replacement is sent.
+// TestApplyRunsThePlan: the capi steps' plans (on a cluster that does not
+// exist yet, so everything is planned) apply exactly the objects they
+// show, and carrying them out as a run does sends exactly one
+// server-side apply of each planned object, with mgmtctl's field manager,
+// and nothing else.
 func TestApplyRunsThePlan(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		step   func(c *Cluster) step.Step
-		tamper func(c *step.Change)
-		want   string
+		name string
+		step func(c *Cluster) step.Step
+		plan []string
 	}{
 		{"namespaces", func(c *Cluster) step.Step { return &Namespaces{C: c} },
-			func(c *step.Change) { c.Payload = corev1ac.Namespace("planned") }, `patch /planned {"kind":"Namespace","apiVersion":"v1","metadata":{"name":"planned"}}`},
+			[]string{"server-side apply namespaces/capi-system", "server-side apply namespaces/capmox-system", "server-side apply namespaces/capi-ipam-in-cluster-system"}},
 		{"variables", func(c *Cluster) step.Step { return &Variables{C: c} },
-			func(c *step.Change) {
-				c.Payload = corev1ac.Secret("planned", "ns").WithStringData(map[string]string{"K": "v"})
-			},
-			`patch ns/planned {"kind":"Secret","apiVersion":"v1","metadata":{"name":"planned","namespace":"ns"},"stringData":{"K":"v"}}`},
+			[]string{"server-side apply secrets/capmox-system/proxmox-variables-33b179de2d"}},
 		{"provider", func(c *Cluster) step.Step { return &ProviderStep{C: c, P: c.Providers()[0]} },
-			func(c *step.Change) {
-				u := c.Payload.(*unstructured.Unstructured).DeepCopy()
-				u.SetName("planned")
-				unstructured.SetNestedField(u.Object, "v9.9.9", "spec", "version")
-				c.Payload = u
-			}, `"name":"planned"`},
+			[]string{"server-side apply coreproviders/capi-system/cluster-api"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cluster()
@@ -83,8 +77,16 @@ func TestApplyRunsThePlan(t *testing.T) {
 			if err != nil || p.Empty() {
 				t.Fatalf("plan: %+v %v", p, err)
 			}
-			for i := range p.Changes {
-				tc.tamper(&p.Changes[i])
+			if got := steptest.Effects(p); !reflect.DeepEqual(got, tc.plan) {
+				t.Errorf("plan %q, want %q", got, tc.plan)
+			}
+			var want []string
+			for _, c := range p.Changes {
+				for _, e := range c.Effects {
+					a := e.(effect.Apply)
+					b, _ := a.Object.MarshalJSON()
+					want = append(want, "patch "+a.Object.GetNamespace()+"/"+a.Object.GetName()+" "+string(b))
+				}
 			}
 			var rec recorder
 			typed := fake.NewClientset()
@@ -92,29 +94,27 @@ func TestApplyRunsThePlan(t *testing.T) {
 			dyn := dynfake.NewSimpleDynamicClient(runtime.NewScheme())
 			dyn.PrependReactor("*", "*", rec.reactDynamic)
 			api = &kube.Cluster{Typed: typed, Dynamic: dyn}
-			if err := s.Apply(context.Background(), p); err != nil {
+			if err := step.CarryOut(context.Background(), s, p, steptest.Executor(api)); err != nil {
 				t.Fatal(err)
 			}
-			got := rec.sent()
-			if len(got) != len(p.Changes) {
-				t.Fatalf("sent %q for %d changes", got, len(p.Changes))
+			if got := rec.sent(); !reflect.DeepEqual(got, want) {
+				t.Errorf("sent\n%q\nwant\n%q", got, want)
 			}
-			for _, g := range got {
-				if !strings.Contains(g, tc.want) {
-					t.Errorf("sent %q, want the planned %q", g, tc.want)
+			for _, a := range rec.actions {
+				if pa, ok := a.(k8stesting.PatchActionImpl); ok && pa.GetPatchType() != types.ApplyPatchType {
+					t.Errorf("%s: patch type %s", pa.GetName(), pa.GetPatchType())
 				}
 			}
 		})
 	}
 
 	// Prune deletes exactly the Secrets its plan names.
-	c := cluster()
 	var rec recorder
-	typed := fake.NewClientset()
-	typed.PrependReactor("*", "*", rec.react)
-	c.API = func() *kube.Cluster { return &kube.Cluster{Typed: typed} }
-	p := step.Plan{Changes: []step.Change{{Target: "secret/ns/old", Action: step.Delete, Payload: types.NamespacedName{Namespace: "ns", Name: "planned"}}}}
-	if err := (&Prune{C: c}).Apply(context.Background(), p); err != nil {
+	dyn := dynfake.NewSimpleDynamicClient(runtime.NewScheme())
+	dyn.PrependReactor("*", "*", rec.reactDynamic)
+	p := step.Plan{Changes: []step.Change{{Target: "secret/ns/old", Action: step.Delete,
+		Effects: []effect.Effect{effect.Delete{Resource: secrets, Object: types.NamespacedName{Namespace: "ns", Name: "planned"}}}}}}
+	if err := step.CarryOut(context.Background(), &Prune{C: cluster()}, p, steptest.Executor(&kube.Cluster{Dynamic: dyn})); err != nil {
 		t.Fatal(err)
 	}
 	if got := rec.sent(); len(got) != 1 || got[0] != "delete ns/planned" {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -39,8 +41,12 @@ func (s *Namespaces) Check(ctx context.Context) (step.Plan, error) {
 			missing = apierrors.IsNotFound(err)
 		}
 		if missing {
+			apply, err := effect.ApplyOf(namespaces, corev1ac.Namespace(pr.Namespace).WithLabels(map[string]string{ManagedBy: "mgmtctl"}))
+			if err != nil {
+				return step.Plan{}, err
+			}
 			p.Changes = append(p.Changes, step.Change{Target: "namespace/" + pr.Namespace, Action: step.Create, Summary: "create namespace " + pr.Namespace,
-				Payload: corev1ac.Namespace(pr.Namespace).WithLabels(map[string]string{ManagedBy: "mgmtctl"})})
+				Effects: []effect.Effect{apply}})
 		}
 	}
 	if p.Empty() {
@@ -49,14 +55,8 @@ func (s *Namespaces) Check(ctx context.Context) (step.Plan, error) {
 	return p, nil
 }
 
-// Apply implements step.Step: it server-side applies the planned
-// namespaces.
-func (s *Namespaces) Apply(ctx context.Context, p step.Plan) error {
-	for _, c := range p.Changes {
-		ns := c.Payload.(*corev1ac.NamespaceApplyConfiguration)
-		if _, err := s.C.API().Typed.CoreV1().Namespaces().Apply(ctx, ns, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-			return fmt.Errorf("create namespace %s: %w", *ns.Name, err)
-		}
-	}
-	return nil
-}
+// The core resources the capi phase writes.
+var (
+	namespaces = corev1.SchemeGroupVersion.WithResource("namespaces")
+	secrets    = corev1.SchemeGroupVersion.WithResource("secrets")
+)

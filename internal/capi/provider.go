@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -148,16 +149,8 @@ func (s *ProviderStep) plan(a step.Action, cur, shown, apply *unstructured.Unstr
 		}
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.target(), Action: a, Summary: summary,
-		Diff: &step.Diff{Path: s.target(), Before: specYAML(cur), After: specYAML(shown)}, Payload: apply}}}
-}
-
-// Apply implements step.Step: it server-side applies the planned object.
-func (s *ProviderStep) Apply(ctx context.Context, p step.Plan) error {
-	obj := p.Changes[0].Payload.(*unstructured.Unstructured)
-	if _, err := s.client().Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-		return fmt.Errorf("apply %s: %w", s.P.Ref(), err)
-	}
-	return nil
+		Diff:    &step.Diff{Path: s.target(), Before: specYAML(cur), After: specYAML(shown)},
+		Effects: []effect.Effect{effect.Apply{Resource: s.P.Kind.GVR(), Object: apply}}}}}
 }
 
 // observe reads the provider and says whether it is Ready at its pin, and

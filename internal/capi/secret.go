@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -67,28 +68,20 @@ func (s *Variables) Check(ctx context.Context) (step.Plan, error) {
 			}
 		}
 		target := "secret/" + pr.Namespace + "/" + name
-		sec := corev1ac.Secret(name, pr.Namespace).
+		apply, err := effect.ApplyOf(secrets, corev1ac.Secret(name, pr.Namespace).
 			WithLabels(map[string]string{ManagedBy: "mgmtctl", VariablesFor: variablesFor(pr)}).
-			WithType("Opaque").WithStringData(vars)
+			WithType("Opaque").WithStringData(vars))
+		if err != nil {
+			return step.Plan{}, err
+		}
 		p.Changes = append(p.Changes, step.Change{Target: target, Action: step.Create,
 			Summary: fmt.Sprintf("create Secret %s/%s with the variables of %s", pr.Namespace, name, pr.Ref()),
-			Diff:    &step.Diff{Path: target, After: Redacted(vars)}, Payload: sec})
+			Diff:    &step.Diff{Path: target, After: Redacted(vars)}, Effects: []effect.Effect{apply}})
 	}
 	if p.Empty() {
 		p.Note = "variables Secrets " + strings.Join(names, ", ") + " exist"
 	}
 	return p, nil
-}
-
-// Apply implements step.Step: it server-side applies the planned Secrets.
-func (s *Variables) Apply(ctx context.Context, p step.Plan) error {
-	for _, c := range p.Changes {
-		sec := c.Payload.(*corev1ac.SecretApplyConfiguration)
-		if _, err := s.C.API().Typed.CoreV1().Secrets(*sec.Namespace).Apply(ctx, sec, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-			return fmt.Errorf("create Secret %s/%s: %w", *sec.Namespace, *sec.Name, err)
-		}
-	}
-	return nil
 }
 
 // Prune deletes the variables Secrets that no provider points at any more
@@ -127,22 +120,11 @@ func (s *Prune) Check(ctx context.Context) (step.Plan, error) {
 			}
 			p.Changes = append(p.Changes, step.Change{Target: "secret/" + pr.Namespace + "/" + sec.Name, Action: step.Delete,
 				Summary: fmt.Sprintf("delete Secret %s/%s, replaced by %s", pr.Namespace, sec.Name, current),
-				Payload: types.NamespacedName{Namespace: pr.Namespace, Name: sec.Name}})
+				Effects: []effect.Effect{effect.Delete{Resource: secrets, Object: types.NamespacedName{Namespace: pr.Namespace, Name: sec.Name}}}})
 		}
 	}
 	if p.Empty() {
 		p.Note = "no stale variables Secrets"
 	}
 	return p, nil
-}
-
-// Apply implements step.Step.
-func (s *Prune) Apply(ctx context.Context, p step.Plan) error {
-	for _, c := range p.Changes {
-		n := c.Payload.(types.NamespacedName)
-		if err := s.C.API().Typed.CoreV1().Secrets(n.Namespace).Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete Secret %s: %w", n, err)
-		}
-	}
-	return nil
 }

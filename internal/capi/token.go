@@ -82,6 +82,3 @@ func (s *Token) Check(ctx context.Context) (step.Plan, error) {
 	}
 	return step.Plan{Note: fmt.Sprintf("token %s accepted by %s (Proxmox VE %s)", s.C.TokenID, s.C.ProxmoxURL, v)}, nil
 }
-
-// Apply implements step.Step; the check changes nothing.
-func (s *Token) Apply(ctx context.Context, p step.Plan) error { return nil }

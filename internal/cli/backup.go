@@ -42,7 +42,7 @@ func newBackup(g *global, o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := engine.Run(cmd.Context(), []step.Phase{phase.Backup(d.s, dir, keep, raw, o.Now)}, engine.Options{Now: o.Now}, d.listeners(false)); err != nil {
+			if _, err := engine.Run(cmd.Context(), []step.Phase{phase.Backup(d.s, dir, keep, raw, o.Now)}, engine.Options{Now: o.Now, Exec: o.Exec(d.s)}, d.listeners(false)); err != nil {
 				return d.fail(err)
 			}
 			if list, err := backup.List(dir); err == nil && len(list) > 0 && g.output != "json" {
@@ -113,7 +113,7 @@ func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pi
 	if !d.confirm(yes, "restore it") {
 		return exitError(ExitFailed)
 	}
-	if _, err := engine.Run(ctx, phase.Restore(d.s, b, snap, token), engine.Options{Now: o.Now}, d.listeners(false)); err != nil {
+	if _, err := engine.Run(ctx, phase.Restore(d.s, b, snap, token), engine.Options{Now: o.Now, Exec: o.Exec(d.s)}, d.listeners(false)); err != nil {
 		return d.fail(err)
 	}
 	return nil

@@ -45,6 +45,9 @@ type Options struct {
 	Phases func(*phase.Session) []step.Phase
 	// Destroy builds the destroy command's phase; nil means phase.Destroy.
 	Destroy func(*phase.Session) step.Phase
+	// Exec is what carries out the plans of a run; nil means the
+	// session's (*phase.Session).Executor.
+	Exec func(*phase.Session) step.Executor
 }
 
 // global holds the flags every command shares.
@@ -67,6 +70,9 @@ func Execute(ctx context.Context, args []string, o Options) int {
 	}
 	if o.Destroy == nil {
 		o.Destroy = phase.Destroy
+	}
+	if o.Exec == nil {
+		o.Exec = (*phase.Session).Executor
 	}
 	g := &global{}
 	root := newRoot(ctx, g, &o)
@@ -337,7 +343,7 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 		return err
 	}
 	defer r.close()
-	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now, Lost: r.s.Lost}, r.listeners(f.diff))
+	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now, Lost: r.s.Lost, Exec: o.Exec(r.s)}, r.listeners(f.diff))
 	if err != nil {
 		if g.output == "json" {
 			fmt.Fprintf(o.Err, "error: %s\n%sdebug log: %s\n", x.String(err.Error()), nextHint(err), r.log.Path)

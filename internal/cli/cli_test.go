@@ -39,6 +39,8 @@ type env struct {
 	phases func(*phase.Session) []step.Phase
 	// destroy, when set, replaces the destroy phase.
 	destroy func(*phase.Session) step.Phase
+	// exec carries out the plans of the fake phases.
+	exec step.Executor
 	// in is the standard input; stdin, when set, replaces it.
 	in    string
 	stdin io.Reader
@@ -64,9 +66,13 @@ func (e *env) opts() Options {
 	if e.stdin != nil {
 		in = e.stdin
 	}
-	return Options{Out: &e.out, Err: &e.err, Getenv: func(k string) string { return e.vars[k] },
+	o := Options{Out: &e.out, Err: &e.err, Getenv: func(k string) string { return e.vars[k] },
 		Home: e.home, CacheDir: filepath.Join(e.home, ".cache"), Hostname: "laptop", Pid: 42,
 		Version: "test", Phases: e.phases, Destroy: e.destroy, In: in}
+	if e.exec != nil {
+		o.Exec = func(*phase.Session) step.Executor { return e.exec }
+	}
+	return o
 }
 
 // writeConfig writes a valid config whose Proxmox host is addr.
@@ -190,7 +196,8 @@ func TestBadConfigExits2AndConnectsNowhere(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.writeConfig("192.0.2.10", nil)
-	e.phases = fakePhases(steptest.NewWorld())
+	w := steptest.NewWorld()
+	e.phases, e.exec = fakePhases(w), w
 	for _, args := range [][]string{
 		{"bogus"},
 		{"apply", "--bogus"},
@@ -224,7 +231,7 @@ func fakePhases(w *steptest.World) func(*phase.Session) []step.Phase {
 func TestApplyCheckDiffDetailedExitCodes(t *testing.T) {
 	e := newEnv(t)
 	w := steptest.NewWorld()
-	e.phases = fakePhases(w)
+	e.phases, e.exec = fakePhases(w), w
 	e.vars["MGMTCTL_PROXMOX_TOKEN_SECRET"] = secret
 	cfg := e.writeConfig("192.0.2.10", nil)
 
@@ -280,7 +287,7 @@ func TestApplyCheckDiffDetailedExitCodes(t *testing.T) {
 func TestTagsSelectPhases(t *testing.T) {
 	e := newEnv(t)
 	w := steptest.NewWorld()
-	e.phases = fakePhases(w)
+	e.phases, e.exec = fakePhases(w), w
 	cfg := e.writeConfig("192.0.2.10", nil)
 	// Without a secret, the capi phase is refused before anything runs...
 	if code := e.run("apply", "-c", cfg); code != ExitUsage || !strings.Contains(e.err.String(), "proxmox.tokenSecret: is required for the capi phase") {
@@ -307,6 +314,7 @@ func TestTagsSelectPhases(t *testing.T) {
 func TestFailedStepExits1WithLogPath(t *testing.T) {
 	e := newEnv(t)
 	w := steptest.NewWorld()
+	e.exec = w
 	e.phases = func(*phase.Session) []step.Phase {
 		return []step.Phase{{Tag: step.TagVM, Steps: []step.Step{
 			&steptest.File{StepID: "create-vm", HostName: "pve", Path: "/vm", Content: "x", W: w,
@@ -334,6 +342,7 @@ func TestFailedStepExits1WithLogPath(t *testing.T) {
 func TestInterruptExits130(t *testing.T) {
 	e := newEnv(t)
 	w := steptest.NewWorld()
+	e.exec = w
 	block := make(chan struct{})
 	e.phases = func(*phase.Session) []step.Phase {
 		return []step.Phase{{Tag: step.TagVM, Steps: []step.Step{

@@ -81,7 +81,7 @@ func runDestroy(ctx context.Context, g *global, o *Options, yes bool) error {
 	}
 	// The run carries out the listed plans, each step refusing if its own
 	// is not the one listed.
-	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now, Listed: listed}, d.listeners(false)); err != nil {
+	if _, err := engine.Run(ctx, phases, engine.Options{Now: o.Now, Listed: listed, Exec: o.Exec(d.s)}, d.listeners(false)); err != nil {
 		return d.fail(err)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 func TestDestroyAsksFirst(t *testing.T) {
 	e := newEnv(t)
 	w := steptest.NewWorld()
+	e.exec = w
 	w.Set("/vm", "110")
 	w.Set("/kubeconfig", "admin")
 	var refuse error
@@ -82,6 +83,7 @@ func (a *answerAfter) Read(p []byte) (int, error) {
 func TestDestroyCarriesOutWhatItListed(t *testing.T) {
 	e := newEnv(t)
 	w := steptest.NewWorld()
+	e.exec = w
 	w.Set("/vm", "110")
 	w.Set("/kubeconfig", "admin")
 	e.destroy = func(*phase.Session) step.Phase {

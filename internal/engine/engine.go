@@ -29,6 +29,9 @@ type Options struct {
 	// carries out exactly those, and a step whose plan is not the one
 	// listed fails with a *PlanChangedError before it changes anything.
 	Listed *Listed
+	// Exec carries out the plans' effects; a run that may change
+	// anything needs one (check mode never calls it).
+	Exec step.Executor
 	// Lost, when set, says whether the connection to a host has been
 	// given up (its link went silent): a step waiting on that host then
 	// fails with that error at once, rather than at its bound.
@@ -365,7 +368,7 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 		}
 	} else {
 		if !plan.Empty() {
-			if err := s.Apply(ctx, plan); err != nil {
+			if err := r.carryOut(ctx, s, plan); err != nil {
 				return fail(err)
 			}
 		}
@@ -383,6 +386,15 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 	end.Duration = r.now().Sub(start)
 	r.emit(end)
 	return nil
+}
+
+// carryOut carries out the plan through the run's Executor: a step holds
+// no Apply of its own, so what runs is what the plan lists.
+func (r *runner) carryOut(ctx context.Context, s step.Step, plan step.Plan) error {
+	if r.opts.Exec == nil {
+		return errors.New("this run cannot change anything (no executor)")
+	}
+	return step.CarryOut(ctx, s, plan, r.opts.Exec)
 }
 
 // LostPoll is how often a wait asks whether its host is gone.

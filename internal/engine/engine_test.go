@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
@@ -44,7 +46,7 @@ func phases(w *steptest.World) []step.Phase {
 func TestConvergeThenNoop(t *testing.T) {
 	w := steptest.NewWorld()
 	var ev events
-	res, err := Run(context.Background(), phases(w), Options{}, &ev)
+	res, err := Run(context.Background(), phases(w), Options{Exec: w}, &ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestConvergeThenNoop(t *testing.T) {
 	}
 
 	ev = nil
-	res, err = Run(context.Background(), phases(w), Options{}, &ev)
+	res, err = Run(context.Background(), phases(w), Options{Exec: w}, &ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func TestFailureStopsRun(t *testing.T) {
 	boom := errors.New("qm: VM 110 already exists")
 	ps[0].Steps[1].(*steptest.File).ApplyErr = boom
 	var ev events
-	res, err := Run(context.Background(), ps, Options{}, &ev)
+	res, err := Run(context.Background(), ps, Options{Exec: w}, &ev)
 	var se *StepError
 	if !errors.As(err, &se) || !errors.Is(err, boom) || se.Step != "vm" || se.Host != "pve" || se.Phase != step.TagVM {
 		t.Fatalf("err = %#v", err)
@@ -156,7 +158,7 @@ func TestCheckErrorFails(t *testing.T) {
 	w := steptest.NewWorld()
 	ps := phases(w)
 	ps[0].Steps[0].(*steptest.File).CheckErr = errors.New("cannot read")
-	_, err := Run(context.Background(), ps, Options{}, &events{})
+	_, err := Run(context.Background(), ps, Options{Exec: w}, &events{})
 	if err == nil || !strings.Contains(err.Error(), "vm/image on pve: check: cannot read") {
 		t.Fatalf("err = %v", err)
 	}
@@ -167,7 +169,7 @@ func TestSkip(t *testing.T) {
 	ps := phases(w)
 	ps[0].Steps[0].(*steptest.File).Skip = "image managed elsewhere"
 	var ev events
-	res, err := Run(context.Background(), ps, Options{Tags: []step.Tag{step.TagVM}}, &ev)
+	res, err := Run(context.Background(), ps, Options{Exec: w, Tags: []step.Tag{step.TagVM}}, &ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +188,7 @@ func TestPrepare(t *testing.T) {
 	ps := phases(w)
 	ps[0].Prepare = func(ctx context.Context) (string, error) { return "pve", errors.New("host key mismatch") }
 	var ev events
-	_, err := Run(context.Background(), ps, Options{}, &ev)
+	_, err := Run(context.Background(), ps, Options{Exec: w}, &ev)
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != "gather-facts" {
 		t.Fatalf("err = %v", err)
@@ -207,7 +209,7 @@ func TestInterruptBetweenSteps(t *testing.T) {
 		&steptest.File{StepID: "b", HostName: "h", Path: "/b", Content: "b", W: w},
 	}}}
 	var ev events
-	_, err := Run(ctx, ps, Options{}, &ev)
+	_, err := Run(ctx, ps, Options{Exec: w}, &ev)
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("err = %v", err)
 	}
@@ -224,9 +226,54 @@ type cancelling struct{ cancel func() }
 func (c *cancelling) ID() string   { return "cancel" }
 func (c *cancelling) Host() string { return "h" }
 func (c *cancelling) Check(context.Context) (step.Plan, error) {
-	return step.Plan{Changes: []step.Change{{Summary: "cancel"}}}, nil
+	return step.Plan{Changes: []step.Change{{Summary: "cancel", Effects: []effect.Effect{effect.Run{Host: "h", Cmd: remote.Command("cancel")}}}}}, nil
 }
-func (c *cancelling) Apply(context.Context, step.Plan) error { c.cancel(); return nil }
+func (c *cancelling) Finish(context.Context, []remote.Result, error) error { c.cancel(); return nil }
+
+// recording is an executor that keeps what it is handed.
+type recording struct{ got [][]effect.Effect }
+
+func (r *recording) Do(ctx context.Context, effects []effect.Effect) ([]remote.Result, error) {
+	r.got = append(r.got, effects)
+	return make([]remote.Result, len(effects)), nil
+}
+
+// planned is a step with a fixed plan.
+type planned struct{ p step.Plan }
+
+func (s *planned) ID() string                               { return "planned" }
+func (s *planned) Host() string                             { return "h" }
+func (s *planned) Check(context.Context) (step.Plan, error) { return s.p, nil }
+
+// TestCarriesOutExactlyThePlan: the executor is handed the plan's effects,
+// every change's in order, in one call per step, and nothing else; a
+// change without effects fails the step before any effect (a
+// *step.NotYetError); a run without an executor changes nothing.
+func TestCarriesOutExactlyThePlan(t *testing.T) {
+	a := effect.Run{Host: "h", Cmd: remote.Command("a")}
+	b := effect.WriteLocal{Path: "/b", Content: []byte("b")}
+	c := effect.RemoveLocal{Path: "/c"}
+	two := &planned{step.Plan{Changes: []step.Change{{Summary: "one", Effects: []effect.Effect{a, b}}, {Summary: "two", Effects: []effect.Effect{c}}}}}
+	var x recording
+	if _, err := Run(context.Background(), []step.Phase{{Tag: step.TagVM, Steps: []step.Step{two}}}, Options{Exec: &x}, &events{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]effect.Effect{{a, b, c}}; !reflect.DeepEqual(x.got, want) {
+		t.Errorf("handed %v, want %v", x.got, want)
+	}
+
+	x.got = nil
+	notYet := &planned{step.Plan{Changes: []step.Change{{Summary: "one", Effects: []effect.Effect{a}}, {Summary: "create it once the VM exists"}}}}
+	_, err := Run(context.Background(), []step.Phase{{Tag: step.TagVM, Steps: []step.Step{notYet}}}, Options{Exec: &x}, &events{})
+	var ny *step.NotYetError
+	if !errors.As(err, &ny) || ny.Change.Summary != "create it once the VM exists" || len(x.got) != 0 {
+		t.Errorf("err = %v, handed %v", err, x.got)
+	}
+
+	if _, err := Run(context.Background(), []step.Phase{{Tag: step.TagVM, Steps: []step.Step{two}}}, Options{}, &events{}); err == nil || !strings.Contains(err.Error(), "no executor") {
+		t.Errorf("no executor: %v", err)
+	}
+}
 
 func TestProgressEvents(t *testing.T) {
 	w := steptest.NewWorld()
@@ -234,7 +281,7 @@ func TestProgressEvents(t *testing.T) {
 		&steptest.Action{StepID: "wait-ssh", HostName: "vm", W: w, Progress: []string{"waiting for SSH on 192.0.2.50:22"}},
 	}}}
 	var ev events
-	if _, err := Run(context.Background(), ps, Options{}, &ev); err != nil {
+	if _, err := Run(context.Background(), ps, Options{Exec: w}, &ev); err != nil {
 		t.Fatal(err)
 	}
 	var found bool
@@ -277,7 +324,7 @@ func TestWaiter(t *testing.T) {
 		close(release)
 	}()
 	ev = nil
-	if _, err := Run(context.Background(), ps(wait), Options{}, &ev); err != nil {
+	if _, err := Run(context.Background(), ps(wait), Options{Exec: w}, &ev); err != nil {
 		t.Fatal(err)
 	}
 	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/node-ready=ok"}) || wait.Waited != 1 || !wait.HadDeadline {
@@ -290,7 +337,7 @@ func TestWaiter(t *testing.T) {
 	close(done)
 	never := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: w2, Release: done}
 	ev = nil
-	_, err = Run(context.Background(), ps(never), Options{}, &ev)
+	_, err = Run(context.Background(), ps(never), Options{Exec: w}, &ev)
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != "node-ready" || !strings.Contains(err.Error(), "still waiting: /node is , not Ready") {
 		t.Errorf("failed wait: %v", err)
@@ -300,7 +347,7 @@ func TestWaiter(t *testing.T) {
 	// what it last saw.
 	forever := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
 		Release: make(chan struct{}), Timeout: 20 * time.Millisecond}
-	_, err = Run(context.Background(), ps(forever), Options{}, &events{})
+	_, err = Run(context.Background(), ps(forever), Options{Exec: w}, &events{})
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), "gave up after 20ms: still waiting: /node is , not Ready") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("bounded wait: %v", err)
 	}
@@ -308,7 +355,7 @@ func TestWaiter(t *testing.T) {
 	// as it is, its chain kept.
 	own := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
 		Release: make(chan struct{}), Timeout: 20 * time.Millisecond, OwnTimeout: true}
-	_, err = Run(context.Background(), ps(own), Options{}, &events{})
+	_, err = Run(context.Background(), ps(own), Options{Exec: w}, &events{})
 	var te *step.TimeoutError
 	if !errors.As(err, &te) || strings.Contains(err.Error(), "gave up") || !strings.Contains(err.Error(), "Ready not reached after 20ms: /node is , not Ready") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a waiter's own timeout: %v", err)
@@ -327,13 +374,13 @@ func TestWaiter(t *testing.T) {
 	cut := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
 		Release: make(chan struct{}), Timeout: time.Minute}
 	start := time.Now()
-	_, err = Run(context.Background(), ps(cut), Options{Lost: lost}, &events{})
+	_, err = Run(context.Background(), ps(cut), Options{Exec: w, Lost: lost}, &events{})
 	if !errors.As(err, &se) || !errors.Is(err, gone) || time.Since(start) > 10*time.Second {
 		t.Errorf("a wait on a lost host: %v after %v", err, time.Since(start))
 	}
 	other := &steptest.Wait{StepID: "node-ready", HostName: "other", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
 		Release: make(chan struct{}), Timeout: 50 * time.Millisecond}
-	_, err = Run(context.Background(), ps(other), Options{Lost: lost}, &events{})
+	_, err = Run(context.Background(), ps(other), Options{Exec: w, Lost: lost}, &events{})
 	if errors.Is(err, gone) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a wait on a host still there: %v", err)
 	}
@@ -341,7 +388,7 @@ func TestWaiter(t *testing.T) {
 	// A waiter without a bound is refused, not waited for forever.
 	unbounded := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: steptest.NewWorld(),
 		Release: make(chan struct{}), Timeout: -1}
-	_, err = Run(context.Background(), ps(unbounded), Options{}, &events{})
+	_, err = Run(context.Background(), ps(unbounded), Options{Exec: w}, &events{})
 	if err == nil || !strings.Contains(err.Error(), "no bound") || unbounded.Waited != 0 {
 		t.Errorf("unbounded wait: %v (waited %d)", err, unbounded.Waited)
 	}
@@ -351,7 +398,7 @@ func TestWaiter(t *testing.T) {
 	write := &steptest.File{StepID: "node", HostName: "vm", Path: "/node", Content: "Ready", W: w3}
 	both := &steptest.Wait{StepID: "node-ready", HostName: "vm", Path: "/node", Want: "Ready", W: w3, Release: done}
 	ev = nil
-	if _, err := Run(context.Background(), ps(write, both), Options{}, &ev); err != nil {
+	if _, err := Run(context.Background(), ps(write, both), Options{Exec: w3}, &ev); err != nil {
 		t.Fatal(err)
 	}
 	if got := ev.ends(); !reflect.DeepEqual(got, []string{"k3s/node=changed", "k3s/node-ready=ok"}) || both.Waited != 1 || both.Observed != 1 {
@@ -374,7 +421,7 @@ func TestListedPlansAreWhatRuns(t *testing.T) {
 	}
 	// The world moves after the list: the second step's plan differs.
 	w.Files["/vm"] = "vm 109"
-	_, err := Run(context.Background(), ps, Options{Listed: listed, Tags: []step.Tag{step.TagVM}}, &events{})
+	_, err := Run(context.Background(), ps, Options{Exec: w, Listed: listed, Tags: []step.Tag{step.TagVM}}, &events{})
 	var pc *PlanChangedError
 	if !errors.As(err, &pc) || !strings.Contains(err.Error(), "listed [create /vm: create /vm") || !strings.Contains(err.Error(), "now [update /vm: update /vm") {
 		t.Fatalf("changed plan: %v", err)
@@ -406,7 +453,7 @@ func TestListedStepsOfOneIDOnOneHost(t *testing.T) {
 	if _, err := Run(context.Background(), ps, Options{Check: true}, listed); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Run(context.Background(), ps, Options{Listed: listed}, &events{}); err != nil {
+	if _, err := Run(context.Background(), ps, Options{Exec: w, Listed: listed}, &events{}); err != nil {
 		t.Fatalf("run of the listed plans: %v", err)
 	}
 	if got := w.Mutations(); !reflect.DeepEqual(got, []string{"write /kh/a", "write /kh/b"}) {

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +23,8 @@ import (
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -122,33 +122,37 @@ func (s *RBAC) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, err
 	}
 	sa, cr, crb := s.desired(rules)
+	applies, err := applyEach(sa, cr, crb)
+	if err != nil {
+		return step.Plan{}, err
+	}
 	var p step.Plan
-	add := func(target string, a step.Action, summary string, payload any) {
-		p.Changes = append(p.Changes, step.Change{Target: target, Action: a, Summary: summary, Payload: payload})
+	add := func(target string, a step.Action, summary string, apply effect.Apply) {
+		p.Changes = append(p.Changes, step.Change{Target: target, Action: a, Summary: summary, Effects: []effect.Effect{apply}})
 	}
 	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Get(ctx, s.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		add("serviceaccount/"+s.Name, step.Create, "create ServiceAccount "+Namespace+"/"+s.Name, sa)
+		add("serviceaccount/"+s.Name, step.Create, "create ServiceAccount "+Namespace+"/"+s.Name, applies[0])
 	} else if err != nil {
 		return step.Plan{}, err
 	}
 	cur, err := cs.RbacV1().ClusterRoles().Get(ctx, s.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		add("clusterrole/"+s.Name, step.Create, "create ClusterRole "+s.Name+" (read all but Secrets)", cr)
+		add("clusterrole/"+s.Name, step.Create, "create ClusterRole "+s.Name+" (read all but Secrets)", applies[1])
 	case err != nil:
 		return step.Plan{}, err
 	case !reflect.DeepEqual(cur.Rules, rules):
-		add("clusterrole/"+s.Name, step.Update, "update ClusterRole "+s.Name+" to the API's current resources", cr)
+		add("clusterrole/"+s.Name, step.Update, "update ClusterRole "+s.Name+" to the API's current resources", applies[1])
 	}
 	curB, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, s.Name, metav1.GetOptions{})
 	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: s.Name, Namespace: Namespace}}
 	switch {
 	case apierrors.IsNotFound(err):
-		add("clusterrolebinding/"+s.Name, step.Create, "create ClusterRoleBinding "+s.Name, crb)
+		add("clusterrolebinding/"+s.Name, step.Create, "create ClusterRoleBinding "+s.Name, applies[2])
 	case err != nil:
 		return step.Plan{}, err
 	case !reflect.DeepEqual(curB.Subjects, wantSubj) || curB.RoleRef.Name != s.Name || curB.RoleRef.Kind != "ClusterRole":
-		add("clusterrolebinding/"+s.Name, step.Update, "update ClusterRoleBinding "+s.Name, crb)
+		add("clusterrolebinding/"+s.Name, step.Update, "update ClusterRoleBinding "+s.Name, applies[2])
 	}
 	if p.Empty() {
 		p.Note = "ServiceAccount, ClusterRole and binding " + s.Name + " as desired"
@@ -170,28 +174,25 @@ func (s *RBAC) desired(rules []rbacv1.PolicyRule) (*corev1ac.ServiceAccountApply
 	return sa, cr, crb
 }
 
-// Apply implements step.Step: it server-side applies the planned objects,
-// with one field owner.
-func (s *RBAC) Apply(ctx context.Context, p step.Plan) error {
-	cs := s.Client()
-	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	for _, c := range p.Changes {
-		var err error
-		switch o := c.Payload.(type) {
-		case *corev1ac.ServiceAccountApplyConfiguration:
-			_, err = cs.CoreV1().ServiceAccounts(Namespace).Apply(ctx, o, opts)
-		case *rbacv1ac.ClusterRoleApplyConfiguration:
-			_, err = cs.RbacV1().ClusterRoles().Apply(ctx, o, opts)
-		case *rbacv1ac.ClusterRoleBindingApplyConfiguration:
-			_, err = cs.RbacV1().ClusterRoleBindings().Apply(ctx, o, opts)
-		default:
-			err = fmt.Errorf("nothing to apply yet (%T)", c.Payload)
-		}
+// applyEach is the Apply effect of the ServiceAccount, the ClusterRole
+// and the binding, in that order.
+func applyEach(sa *corev1ac.ServiceAccountApplyConfiguration, cr *rbacv1ac.ClusterRoleApplyConfiguration, crb *rbacv1ac.ClusterRoleBindingApplyConfiguration) ([]effect.Apply, error) {
+	var out []effect.Apply
+	for _, o := range []struct {
+		r   schema.GroupVersionResource
+		obj any
+	}{
+		{corev1.SchemeGroupVersion.WithResource("serviceaccounts"), sa},
+		{rbacv1.SchemeGroupVersion.WithResource("clusterroles"), cr},
+		{rbacv1.SchemeGroupVersion.WithResource("clusterrolebindings"), crb},
+	} {
+		a, err := effect.ApplyOf(o.r, o.obj)
 		if err != nil {
-			return fmt.Errorf("apply %s: %w", c.Target, err)
+			return nil, err
 		}
+		out = append(out, a)
 	}
-	return nil
+	return out, nil
 }
 
 // TokenExpiry reads a JWT's exp claim (the token is not verified: it is
@@ -214,16 +215,6 @@ func TokenExpiry(token string) (time.Time, bool) {
 	return time.Unix(claims.Exp, 0), true
 }
 
-// Kubeconfig renders the inspector's kubeconfig around a token.
-func Kubeconfig(name, server string, ca []byte, token string) ([]byte, error) {
-	c := clientcmdapi.NewConfig()
-	c.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	c.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
-	c.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	c.CurrentContext = name
-	return clientcmd.Write(*c)
-}
-
 // Fresh reports whether an existing inspector kubeconfig can stay: same
 // server and CA, and a token with more than a quarter of ttl left.
 func Fresh(cur []byte, name, server string, ca []byte, ttl time.Duration, now time.Time) bool {
@@ -237,14 +228,4 @@ func Fresh(cur []byte, name, server string, ca []byte, ttl time.Duration, now ti
 	}
 	exp, ok := TokenExpiry(ai.Token)
 	return ok && exp.Sub(now) > ttl/4
-}
-
-// MintToken asks the TokenRequest API for a token of ttl.
-func MintToken(ctx context.Context, cs kubernetes.Interface, name string, ttl time.Duration) (string, error) {
-	secs := int64(ttl.Seconds())
-	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, name, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("request a token for %s/%s: %w", Namespace, name, err)
-	}
-	return tr.Status.Token, nil
 }

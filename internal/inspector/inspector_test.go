@@ -1,6 +1,8 @@
 package inspector
 
 import (
+	"github.com/mgmtctl/mgmtctl/internal/effect"
+
 	"encoding/base64"
 	"fmt"
 	"reflect"
@@ -45,7 +47,7 @@ func TestFresh(t *testing.T) {
 	ttl := 168 * time.Hour
 	ca := []byte("CA")
 	mk := func(exp time.Time, server string) []byte {
-		b, err := Kubeconfig("ro", server, ca, jwt(exp.Unix()))
+		b, err := effect.TokenKubeconfigBytes("ro", server, ca, jwt(exp.Unix()))
 		if err != nil {
 			t.Fatal(err)
 		}

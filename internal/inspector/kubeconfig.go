@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
-	"github.com/mgmtctl/mgmtctl/internal/localfile"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -22,16 +23,6 @@ type KubeconfigFile struct {
 	// Cluster returns the server, the CA and a client of the cluster, or
 	// a nil client while the cluster does not exist (check mode).
 	Cluster func() (server string, ca []byte, cs kubernetes.Interface, err error)
-	// Minted hears every token minted, for redaction.
-	Minted func(token string)
-}
-
-// Mint is the payload of a KubeconfigFile's change: Apply mints a token of
-// TTL and writes the kubeconfig around it; the token cannot exist before.
-type Mint struct {
-	TTL    time.Duration
-	Server string
-	CA     []byte
 }
 
 var _ step.Step = (*KubeconfigFile)(nil)
@@ -59,30 +50,7 @@ func (s *KubeconfigFile) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Note: s.Path + " up to date"}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.Path, Action: action,
-		Summary: fmt.Sprintf("%s %s with a new %s token", action, s.Path, s.TTL), Payload: Mint{TTL: s.TTL, Server: server, CA: ca}}}}, nil
-}
-
-// Apply implements step.Step: it mints the planned token and writes the
-// kubeconfig around it.
-func (s *KubeconfigFile) Apply(ctx context.Context, p step.Plan) error {
-	m, ok := p.Changes[0].Payload.(Mint)
-	if !ok {
-		return fmt.Errorf("write %s: the cluster does not exist yet", s.Path)
-	}
-	_, _, cs, err := s.Cluster()
-	if err != nil {
-		return err
-	}
-	tok, err := MintToken(ctx, cs, s.Name, m.TTL)
-	if err != nil {
-		return err
-	}
-	if s.Minted != nil {
-		s.Minted(tok)
-	}
-	b, err := Kubeconfig(s.Name, m.Server, m.CA, tok)
-	if err != nil {
-		return err
-	}
-	return localfile.Write(s.Path, b)
+		Summary: fmt.Sprintf("%s %s with a new %s token", action, s.Path, s.TTL),
+		Effects: []effect.Effect{effect.TokenKubeconfig{ServiceAccount: types.NamespacedName{Namespace: Namespace, Name: s.Name},
+			TTL: s.TTL, Name: s.Name, Server: server, CA: ca, Path: s.Path}}}}}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -44,24 +45,14 @@ func (s *GuestAgent) Check(ctx context.Context) (step.Plan, error) {
 	var p step.Plan
 	if !installed {
 		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent", Action: step.Create, Summary: "install qemu-guest-agent",
-			Payload: remote.Command("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "qemu-guest-agent").AsRoot()})
+			Effects: []effect.Effect{s.V.run(remote.Command("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", "qemu-guest-agent").AsRoot())}})
 	}
 	if !active {
 		p.Changes = append(p.Changes, step.Change{Target: "qemu-guest-agent.service", Action: step.Run, Summary: "start qemu-guest-agent",
-			Payload: remote.Command("systemctl", "start", "qemu-guest-agent").AsRoot()})
+			Effects: []effect.Effect{s.V.run(remote.Command("systemctl", "start", "qemu-guest-agent").AsRoot())}})
 	}
 	if p.Empty() {
 		p.Note = "qemu-guest-agent installed and running"
 	}
 	return p, nil
-}
-
-// Apply implements step.Step: it runs the planned commands, in order.
-func (s *GuestAgent) Apply(ctx context.Context, p step.Plan) error {
-	for _, c := range p.Changes {
-		if _, err := s.V.Host.Run(ctx, c.Payload.(remote.Cmd)); err != nil {
-			return fmt.Errorf("%s: %w", c.Summary, err)
-		}
-	}
-	return nil
 }

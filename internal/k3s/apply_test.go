@@ -10,41 +10,51 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
 	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
-// TestApplyRunsThePlan: each step's Apply runs or writes its plan's payload,
-// not a command or file of its own: the payload is replaced after Check,
-// and Apply must carry out the replacement.
+// TestApplyRunsThePlan: each step's plan holds exactly the effects it
+// needs, and carrying it out (as a run does: step.CarryOut) does exactly
+// those on the VM, in order: one effect more or fewer fails. What the
+// steps read to decide is not among them.
 func TestApplyRunsThePlan(t *testing.T) {
-	marked := remote.Command("echo", "planned")
-	file := remote.File{Path: "/planned", Content: []byte("planned\n")}
 	for _, tc := range []struct {
-		name   string
-		step   func(v *VM) step.Step
-		facts  func(v *VM)
-		tamper any
+		name  string
+		step  func(v *VM) step.Step
+		facts func(v *VM)
 		// answer is what the VM answers (remotetest.EmptyBatch when
-		// nil): the facts Apply reads back.
+		// nil): the facts the step reads back.
 		answer func(remote.Cmd) (remote.Result, error)
 		// files are the VM's files (none readable when nil).
 		files map[string][]byte
-		want  []string
+		// plan is the plan's effects; want what the VM saw done.
+		plan, want []string
 	}{
-		{name: "guest-agent", step: func(v *VM) step.Step { return &GuestAgent{V: v} }, tamper: marked,
-			want: []string{"run echo planned", "run echo planned"}},
-		{name: "config", step: func(v *VM) step.Step { return &Config{V: v} }, tamper: file, want: []string{"write /planned"}},
-		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} }, tamper: marked,
-			// Apply reads the version back: the installed one is the plan's.
+		{name: "guest-agent", step: func(v *VM) step.Step { return &GuestAgent{V: v} },
+			plan: []string{"on lab-mgmt: env DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-guest-agent (as root)", "on lab-mgmt: systemctl start qemu-guest-agent (as root)"},
+			want: []string{"run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-guest-agent", "run systemctl start qemu-guest-agent"}},
+		{name: "config", step: func(v *VM) step.Step { return &Config{V: v} },
+			plan: []string{"on lab-mgmt: write /etc/rancher/k3s/config.yaml (161 bytes, 0600, root:root)"},
+			want: []string{"write /etc/rancher/k3s/config.yaml"}},
+		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} },
+			// The version is read back: the installed one is the plan's.
 			answer: remotetest.Batch(map[string]string{"sh -c 'command -v k3s": "k3s version v1.35.7+k3s1 (8d0d2a5e)\ngo version go1.25.4\n", "systemctl is-active": "active\n"}),
-			want:   []string{"run echo planned"}},
+			plan:   []string{"on lab-mgmt: install k3s v1.35.7+k3s1 with https://get.k3s.io (as root)"},
+			want:   []string{"run " + remote.Script("", installScript, "https://get.k3s.io", "v1.35.7+k3s1").String()}},
 		{name: "restart-k3s", step: func(v *VM) step.Step { return &Restart{NodeReady: &NodeReady{V: v}} },
-			facts: func(v *VM) { v.Installed = "v1.35.7+k3s1" }, tamper: marked, want: []string{"run echo planned"}},
+			facts: func(v *VM) { v.Installed = "v1.35.7+k3s1" },
+			plan:  []string{"on lab-mgmt: systemctl restart k3s (as root)"},
+			want:  []string{"run systemctl restart k3s"}},
 		{name: "kube-vip", step: func(v *VM) step.Step { return &KubeVIP{V: v, Manifest: []byte("kind: DaemonSet\n")} },
-			files: map[string][]byte{}, tamper: file, want: []string{"write /planned"}},
+			files: map[string][]byte{},
+			plan:  []string{"on lab-mgmt: write /var/lib/rancher/k3s/server/manifests/kube-vip.yaml (16 bytes, 0600, root:root)"},
+			want:  []string{"write /var/lib/rancher/k3s/server/manifests/kube-vip.yaml"}},
 		{name: "cluster-token", step: func(v *VM) step.Step {
-			seed := &VM{Spec: Spec{Name: "lab-mgmt"}, Host: &remotetest.Host{HostName: "lab-mgmt", Files: map[string][]byte{ServerTokenPath: []byte("K10seed::server:x\n")}}}
+			seed := &VM{Spec: Spec{Name: "lab-mgmt-1"}, Host: &remotetest.Host{HostName: "lab-mgmt-1", Files: map[string][]byte{ServerTokenPath: []byte("K10seed::server:x\n")}}}
 			return &ClusterToken{V: v, Seed: func() *VM { return seed }}
-		}, files: map[string][]byte{}, tamper: file, want: []string{"write /planned"}},
+		}, files: map[string][]byte{},
+			plan: []string{"on lab-mgmt: write /etc/rancher/k3s/cluster-token (18 bytes, 0600, root:root)"},
+			want: []string{"write /etc/rancher/k3s/cluster-token"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &remotetest.Host{HostName: "lab-mgmt", Answer: remotetest.EmptyBatch}
@@ -61,19 +71,16 @@ func TestApplyRunsThePlan(t *testing.T) {
 			if err != nil || p.Empty() {
 				t.Fatalf("plan: %+v, %v", p, err)
 			}
-			for i := range p.Changes {
-				if p.Changes[i].Payload == nil {
-					t.Fatalf("change %d has no payload: %+v", i, p.Changes[i])
-				}
-				p.Changes[i].Payload = tc.tamper
+			if got := steptest.Effects(p); !reflect.DeepEqual(got, tc.plan) {
+				t.Errorf("plan %q, want %q", got, tc.plan)
 			}
 			before := len(h.Effects())
-			if err := s.Apply(context.Background(), p); err != nil {
-				t.Fatalf("apply: %v", err)
+			if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h)); err != nil {
+				t.Fatalf("carry out: %v", err)
 			}
 			// Exactly the plan: one effect more (or fewer) fails.
 			if got := h.Effects()[before:]; !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("applied %q, want %q", got, tc.want)
+				t.Errorf("did %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -56,11 +57,6 @@ func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 	return s.V.filePlan(ctx, ConfigPath, s.V.config())
 }
 
-// Apply implements step.Step: it writes the planned file. It is the
-// example of a file step (with VM.filePlan): the bytes --diff shows are
-// the bytes written.
-func (s *Config) Apply(ctx context.Context, p step.Plan) error { return s.V.writePlanned(ctx, p) }
-
 // Restart restarts k3s when it runs with an older config.yaml than the one
 // on disk: k3s reads its config only when it starts. It decides from what
 // it observes, not from what this run did, so a run cut short between
@@ -99,7 +95,8 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read when k3s started and config.yaml changed: %w", err)
 	}
-	restart := step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Payload: remote.Command("systemctl", "restart", "k3s").AsRoot()}}}
+	restart := step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run,
+		Effects: []effect.Effect{s.V.run(remote.Command("systemctl", "restart", "k3s").AsRoot())}}}}
 	if res[0].ExitCode != 0 || !bytes.Equal(res[0].Stdout, s.V.config()) {
 		restart.Changes[0].Summary = "restart k3s to load the new " + ConfigPath
 		return s.V.gate(ctx, restart)
@@ -121,9 +118,9 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	return s.V.gate(ctx, restart)
 }
 
-// Apply implements step.Step.
-func (s *Restart) Apply(ctx context.Context, p step.Plan) error {
-	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
+// Finish implements step.Finisher.
+func (s *Restart) Finish(ctx context.Context, out []remote.Result, err error) error {
+	if err != nil {
 		return fmt.Errorf("restart k3s: %w", err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -86,21 +87,11 @@ func (s *ClusterToken) Check(ctx context.Context) (step.Plan, error) {
 	c := step.Change{Target: TokenPath, Action: action,
 		Summary: fmt.Sprintf("%s %s with the cluster token of %s", action, TokenPath, first.Name())}
 	if len(token) > 0 {
-		c.Payload = remote.File{Path: TokenPath, Content: append(token, '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}
+		c.Effects = []effect.Effect{s.V.write(remote.File{Path: TokenPath, Content: append(token, '\n'), Mode: 0o600, Owner: "root:root", Sudo: true})}
 	} else {
 		c.Summary += ", once k3s runs there"
 	}
 	return step.Plan{Changes: []step.Change{c}}, nil
-}
-
-// Apply implements step.Step.
-func (s *ClusterToken) Apply(ctx context.Context, p step.Plan) error {
-	f, ok := p.Changes[0].Payload.(remote.File)
-	if !ok {
-		return fmt.Errorf("%s has no cluster token (%s) yet: k3s is not installed there", s.Seed().Name(), ServerTokenPath)
-	}
-	_, err := s.V.Host.WriteFile(ctx, f)
-	return err
 }
 
 // JoinsCluster says a config.yaml makes its server join a cluster
@@ -251,9 +242,6 @@ func (s *KubeVIP) Check(ctx context.Context) (step.Plan, error) {
 	return s.V.filePlan(ctx, KubeVIPPath, s.Manifest)
 }
 
-// Apply implements step.Step.
-func (s *KubeVIP) Apply(ctx context.Context, p step.Plan) error { return s.V.writePlanned(ctx, p) }
-
 // APIAddressTimeout is the default bound of the wait for the VIP.
 const APIAddressTimeout = 2 * time.Minute
 
@@ -309,9 +297,6 @@ func leaseHolder(l *coordinationv1.Lease) string {
 	}
 	return *l.Spec.HolderIdentity
 }
-
-// Apply implements step.Step; the plan is always empty.
-func (s *APIAddress) Apply(ctx context.Context, p step.Plan) error { return nil }
 
 // Observe implements step.Waiter.
 func (s *APIAddress) Observe(ctx context.Context) (bool, string, error) {

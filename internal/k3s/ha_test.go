@@ -2,11 +2,16 @@ package k3s
 
 import (
 	"context"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
 const testToken = "K10e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855::server:5f4dcc3b5aa765d61d8327deb882cf99"
@@ -14,7 +19,8 @@ const testToken = "K10e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b78
 // TestClusterToken: the joining server gets the first server's token in a
 // root-only file; the token is registered for redaction and never appears
 // in a plan's summary or diff; a server that has it already is left alone;
-// before the first server has one, the plan says so and Apply refuses.
+// before the first server has one, the plan says so and cannot be
+// carried out.
 func TestClusterToken(t *testing.T) {
 	first := &VM{Spec: Spec{Name: "srv1"}, Host: &remotetest.Host{HostName: "srv1", Files: map[string][]byte{ServerTokenPath: []byte(testToken + "\n")}}}
 	joiner := &remotetest.Host{HostName: "srv2", Files: map[string][]byte{}}
@@ -25,14 +31,14 @@ func TestClusterToken(t *testing.T) {
 		t.Fatalf("plan %+v, %v", p, err)
 	}
 	c := p.Changes[0]
-	f, ok := c.Payload.(remote.File)
-	if !ok || f.Path != TokenPath || string(f.Content) != testToken+"\n" || f.Mode != 0o600 || f.Owner != "root:root" || !f.Sudo {
-		t.Errorf("payload %+v", c.Payload)
+	want := []effect.Effect{effect.Write{Host: "srv2", File: remote.File{Path: TokenPath, Content: []byte(testToken + "\n"), Mode: 0o600, Owner: "root:root", Sudo: true}}}
+	if !reflect.DeepEqual(c.Effects, want) {
+		t.Errorf("effects %+v", c.Effects)
 	}
 	if c.Diff != nil || strings.Contains(c.Summary, "K10") || strings.Join(redacted, ",") != testToken {
 		t.Errorf("the token shows: summary %q, diff %v, redacted %v", c.Summary, c.Diff, redacted)
 	}
-	if err := s.Apply(context.Background(), p); err != nil || len(joiner.Wrote()) != 1 {
+	if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, joiner)); err != nil || len(joiner.Wrote()) != 1 {
 		t.Errorf("apply: %v, wrote %v", err, joiner.Wrote())
 	}
 
@@ -47,7 +53,8 @@ func TestClusterToken(t *testing.T) {
 	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "once k3s runs there") {
 		t.Fatalf("no token yet: %+v, %v", p, err)
 	}
-	if err := s.Apply(context.Background(), p); err == nil || !strings.Contains(err.Error(), "srv1 has no cluster token") {
+	var notYet *step.NotYetError
+	if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, joiner)); !errors.As(err, &notYet) || len(joiner.Wrote()) != 1 {
 		t.Errorf("apply without a token: %v", err)
 	}
 

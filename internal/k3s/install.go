@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -14,7 +15,7 @@ import (
 // pin is an upgrade (the script replaces the binary and restarts k3s).
 type Install struct{ V *VM }
 
-var _ step.Step = (*Install)(nil)
+var _ step.Finisher = (*Install)(nil)
 
 // ID implements step.Step.
 func (s *Install) ID() string { return "install" }
@@ -26,7 +27,7 @@ func (s *Install) Host() string { return s.V.Name() }
 func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 	k := s.V.Spec
 	want := k.Version.String()
-	run := remote.Script("install k3s "+want+" with "+k.InstallScriptURL, installScript, k.InstallScriptURL, want).AsRoot()
+	run := []effect.Effect{s.V.run(remote.Script("install k3s "+want+" with "+k.InstallScriptURL, installScript, k.InstallScriptURL, want).AsRoot())}
 	// k3s does not downgrade (its maintainers refuse to: k3s-io/k3s#7537):
 	// a newer release installed than pinned is an error, not a plan.
 	if got, err := config.ParseK3sRelease(s.V.Installed); err == nil && got.Compare(k.Version) > 0 {
@@ -37,14 +38,14 @@ func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 		if !s.V.Active {
 			// An install cut short (or a stopped service): the installer
 			// finishes the job and starts k3s.
-			return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update, Summary: "re-run the k3s " + want + " installer: the k3s service is not running", Payload: run}}}, nil
+			return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update, Summary: "re-run the k3s " + want + " installer: the k3s service is not running", Effects: run}}}, nil
 		}
 		return step.Plan{Note: "k3s " + want + " installed"}, nil
 	case "":
-		return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Create, Summary: "install k3s " + want, Payload: run}}}, nil
+		return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Create, Summary: "install k3s " + want, Effects: run}}}, nil
 	}
 	return s.V.gate(ctx, step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update,
-		Summary: fmt.Sprintf("upgrade k3s from %s to %s", s.V.Installed, want), Payload: run}}})
+		Summary: fmt.Sprintf("upgrade k3s from %s to %s", s.V.Installed, want), Effects: run}}})
 }
 
 // installScript fetches the install script ($1) and runs it with the
@@ -68,11 +69,11 @@ CURL_HOME=$tmp INSTALL_K3S_VERSION=$2 sh "$tmp/install.sh"
 # stopped by an interrupted install must run all the same.
 systemctl start k3s`
 
-// Apply implements step.Step.
-func (s *Install) Apply(ctx context.Context, p step.Plan) error {
+// Finish implements step.Finisher: the installer's work is read back
+// (k3s --version), not taken on its word.
+func (s *Install) Finish(ctx context.Context, out []remote.Result, err error) error {
 	want := s.V.Spec.Version.String()
-	step.Progress(ctx, "running the k3s installer for "+want)
-	if _, err := s.V.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
+	if err != nil {
 		return fmt.Errorf("install k3s %s: %w", want, err)
 	}
 	if err := s.V.Gather(ctx); err != nil {

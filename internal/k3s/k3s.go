@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -84,14 +85,14 @@ func (v *VM) filePlan(ctx context.Context, path string, want []byte) (step.Plan,
 	}
 	return step.Plan{Changes: []step.Change{{Target: path, Action: action, Summary: action.String() + " " + path,
 		Diff:    &step.Diff{Path: path, Before: string(cur), After: string(want)},
-		Payload: remote.File{Path: path, Content: want, Mode: 0o600, Owner: "root:root", Sudo: true}}}}, nil
+		Effects: []effect.Effect{v.write(remote.File{Path: path, Content: want, Mode: 0o600, Owner: "root:root", Sudo: true})}}}}, nil
 }
 
-// writePlanned writes the file a plan carries.
-func (v *VM) writePlanned(ctx context.Context, p step.Plan) error {
-	_, err := v.Host.WriteFile(ctx, p.Changes[0].Payload.(remote.File))
-	return err
-}
+// run is the effect of running c on the VM.
+func (v *VM) run(c remote.Cmd) effect.Run { return effect.Run{Host: v.Name(), Cmd: c} }
+
+// write is the effect of writing f on the VM.
+func (v *VM) write(f remote.File) effect.Write { return effect.Write{Host: v.Name(), File: f} }
 
 // gate runs the Gate, if any, for a plan that takes k3s down here.
 func (v *VM) gate(ctx context.Context, p step.Plan) (step.Plan, error) {

@@ -41,9 +41,6 @@ func (s *NodeReady) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{Note: "node " + s.V.Name() + " is Ready"}, nil
 }
 
-// Apply implements step.Step; the plan is always empty.
-func (s *NodeReady) Apply(ctx context.Context, p step.Plan) error { return nil }
-
 // Observe implements step.Waiter.
 func (s *NodeReady) Observe(ctx context.Context) (bool, string, error) {
 	if s.V.Host == nil || s.V.Installed == "" {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/localfile"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -94,17 +95,7 @@ func (f *File) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Note: f.Path + " up to date"}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: f.Path, Action: action, Summary: action.String() + " " + f.Path,
-		Diff: &step.Diff{Path: f.Path, Before: string(cur), After: string(want)}, Payload: want}}}, nil
-}
-
-// Apply implements step.Step: it writes the planned bytes (atomically,
-// 0600).
-func (f *File) Apply(ctx context.Context, p step.Plan) error {
-	want, ok := p.Changes[0].Payload.([]byte)
-	if !ok {
-		return fmt.Errorf("write %s: nothing to write yet", f.Path)
-	}
-	return localfile.Write(f.Path, want)
+		Diff: &step.Diff{Path: f.Path, Before: string(cur), After: string(want)}, Effects: []effect.Effect{effect.WriteLocal{Path: f.Path, Content: want}}}}}, nil
 }
 
 // Current reads a laptop file: its bytes, and whether writing it creates

@@ -5,8 +5,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -134,9 +139,9 @@ func TestMergeSetsAMissingCurrentContext(t *testing.T) {
 	}
 }
 
-// TestFileWritesThePlan: the file step writes exactly its plan's bytes
-// (replaced after Check here), 0600; with the same content and mode the
-// plan is empty.
+// TestFileWritesThePlan: the file step's plan writes exactly the bytes
+// its diff shows, 0600, without reading the cluster again; with the same
+// content and mode the plan is empty.
 func TestFileWritesThePlan(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	// Render is where the step reads the cluster (k3s.yaml, the API
@@ -147,18 +152,18 @@ func TestFileWritesThePlan(t *testing.T) {
 		return []byte("rendered\n"), "", nil
 	}}
 	p, err := f.Check(context.Background())
-	if err != nil || len(p.Changes) != 1 || string(p.Changes[0].Payload.([]byte)) != "rendered\n" || p.Changes[0].Diff.After != "rendered\n" {
+	want := []effect.Effect{effect.WriteLocal{Path: path, Content: []byte("rendered\n")}}
+	if err != nil || len(p.Changes) != 1 || !reflect.DeepEqual(p.Changes[0].Effects, want) || p.Changes[0].Diff.After != "rendered\n" {
 		t.Fatalf("plan: %+v %v", p, err)
 	}
-	p.Changes[0].Payload = []byte("planned\n")
 	before := renders
-	if err := f.Apply(context.Background(), p); err != nil {
+	if err := step.CarryOut(context.Background(), f, p, steptest.Executor(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if renders != before {
-		t.Errorf("Apply read the cluster again (%d renders): it must write the plan it is handed", renders-before)
+		t.Errorf("carrying out read the cluster again (%d renders): it must write the plan it is handed", renders-before)
 	}
-	if b, _ := os.ReadFile(path); string(b) != "planned\n" || !Private(path) {
+	if b, _ := os.ReadFile(path); string(b) != "rendered\n" || !Private(path) {
 		t.Errorf("wrote %q (private %v)", b, Private(path))
 	}
 	os.WriteFile(path, []byte("rendered\n"), 0o600)

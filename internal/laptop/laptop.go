@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -43,16 +44,7 @@ func (s *RemoveFile) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, err
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.Path, Action: step.Delete,
-		Summary: fmt.Sprintf("remove %s %s", s.What, s.Path), Payload: s.Path}}}, nil
-}
-
-// Apply implements step.Step.
-func (s *RemoveFile) Apply(ctx context.Context, p step.Plan) error {
-	err := os.Remove(p.Changes[0].Payload.(string))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
+		Summary: fmt.Sprintf("remove %s %s", s.What, s.Path), Effects: []effect.Effect{effect.RemoveLocal{Path: s.Path}}}}}, nil
 }
 
 // ForgetHostKey removes a host's entry from a known_hosts file mgmtctl
@@ -81,10 +73,5 @@ func (s *ForgetHostKey) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Note: s.File + " has no entry for " + s.Addr}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.File, Action: step.Delete,
-		Summary: fmt.Sprintf("remove the host key of %s from %s", s.Addr, s.File), Payload: s.Addr}}}, nil
-}
-
-// Apply implements step.Step.
-func (s *ForgetHostKey) Apply(ctx context.Context, p step.Plan) error {
-	return remote.ForgetHostKey(s.File, p.Changes[0].Payload.(string))
+		Summary: fmt.Sprintf("remove the host key of %s from %s", s.Addr, s.File), Effects: []effect.Effect{effect.ForgetHostKey{File: s.File, Addr: s.Addr}}}}}, nil
 }

@@ -4,7 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+
+	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
 // TestRemoveAndForget: a present file and a present known_hosts entry are
@@ -24,7 +28,10 @@ func TestRemoveAndForget(t *testing.T) {
 	if err != nil || len(p.Changes) != 1 || p.Changes[0].Summary != "remove the admin kubeconfig "+kc {
 		t.Fatalf("plan: %+v %v", p, err)
 	}
-	if err := rm.Apply(ctx, p); err != nil {
+	if got := steptest.Effects(p); !reflect.DeepEqual(got, []string{"remove " + kc}) {
+		t.Errorf("effects %q", got)
+	}
+	if err := step.CarryOut(ctx, rm, p, steptest.Executor(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(kc); !os.IsNotExist(err) {
@@ -38,7 +45,10 @@ func TestRemoveAndForget(t *testing.T) {
 	if err != nil || len(p.Changes) != 1 {
 		t.Fatalf("plan: %+v %v", p, err)
 	}
-	if err := fg.Apply(ctx, p); err != nil {
+	if got := steptest.Effects(p); !reflect.DeepEqual(got, []string{"remove 192.0.2.50:22 from " + kh}) {
+		t.Errorf("effects %q", got)
+	}
+	if err := step.CarryOut(ctx, fg, p, steptest.Executor(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(kh); string(b) != "192.0.2.60 ssh-ed25519 AAAAother\n" {

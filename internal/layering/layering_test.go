@@ -19,7 +19,7 @@ var domain = []string{"proxmox", "k3s", "addons", "capi", "kubeconfig", "inspect
 // read config's vocabulary (a chart pin, a provider, a k3s release); the
 // others take an input struct of their own, which phase fills from the
 // config.
-var below = []string{"step", "remote", "kube", "shell", "localfile"}
+var below = []string{"step", "effect", "remote", "kube", "shell", "localfile"}
 
 // allowed is, for every package of the tool, the packages of the tool it
 // may import (not counting tests). A package missing here fails the test:
@@ -41,7 +41,8 @@ var allowed = map[string][]string{
 	"ui":          {"engine", "step", "diff", "redact"},
 	"runlog":      {"engine", "redact"},
 	"remote":      {"shell", "redact", "localfile"},
-	"step":        nil,
+	"step":        {"effect", "remote"},
+	"effect":      {"remote", "kube", "localfile"},
 	"config":      nil,
 	"kube":        nil,
 	"shell":       nil,
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 	"layering":    nil,
 	"standalone":  nil,
 	// Test helpers.
-	"steptest":          {"step"},
+	"steptest":          {"step", "effect", "remote", "kube"},
 	"remote/sshtest":    nil,
 	"remote/remotetest": {"remote"},
 }

@@ -29,6 +29,7 @@ import (
 // Build returns every phase in run order.
 func Build(s *Session) []step.Phase {
 	access := &clusterAccess{s: s}
+	s.cluster = access.api
 	return []step.Phase{
 		vmPhase(s),
 		k3sPhase(s, access),
@@ -52,7 +53,7 @@ func vmPhase(s *Session) step.Phase {
 		}
 		steps = append(steps,
 			&proxmox.Image{N: n},
-			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, Marker: s.newVMMarker(srv), WriteMarker: s.MarkNewVM},
+			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, Marker: s.newVMMarker(srv), MarkerContent: []byte(s.Holder + "\n")},
 			&proxmox.GrowDisk{N: n},
 			&proxmox.StartVM{N: n})
 		waits = append(waits, &proxmox.Reachable{N: n, Dial: dial, Record: newVM{s, srv}, Timeout: s.WaitTimeout})
@@ -405,11 +406,6 @@ func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 					}
 					ca, err := clusterCA(a.k3sYAML)
 					return a.server(), ca, a.cluster.Typed, err
-				},
-				Minted: func(tok string) {
-					if s.Redact != nil {
-						s.Redact(tok)
-					}
 				}},
 		},
 	}

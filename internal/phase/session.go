@@ -21,7 +21,10 @@ import (
 	"sync"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
 // Session is what the phases of one run share: the config, whether it may
@@ -55,6 +58,54 @@ type Session struct {
 
 	mu    sync.Mutex
 	conns map[string]*hostConn
+	// cluster is the phases' way to the cluster (Build sets it), for the
+	// executor's Kubernetes effects.
+	cluster func(ctx context.Context) (*kube.Cluster, error)
+}
+
+// Executor is the run's effect.Executor: it carries out plans over the
+// connections the phases opened (a host by its name) and the cluster
+// they reached. A read-only session has none: nothing may change.
+func (s *Session) Executor() step.Executor {
+	if s.ReadOnly {
+		return nil
+	}
+	return &effect.Executor{
+		Host: s.byName,
+		Cluster: func(ctx context.Context) (*kube.Cluster, error) {
+			if s.cluster == nil {
+				return nil, errors.New("this run has no way to the cluster")
+			}
+			return s.cluster(ctx)
+		},
+		Redact: func(values ...string) {
+			if s.Redact != nil {
+				s.Redact(values...)
+			}
+		},
+		Progress: step.Progress,
+	}
+}
+
+// byName is the open connection to the host of that name (a node's or a
+// VM's, as its target names it).
+func (s *Session) byName(ctx context.Context, name string) (remote.Host, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var found remote.Host
+	for _, hc := range s.conns {
+		if hc.conn.Name() != name {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("two connections are named %s: a plan's effect on it is ambiguous", name)
+		}
+		found = hc.conn
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no connection to %s in this run", name)
+	}
+	return found, nil
 }
 
 type hostConn struct {
@@ -192,15 +243,6 @@ func (r newVM) RecordGaveUp() error {
 	}
 	_, err = f.WriteString(gaveUpLine)
 	return errors.Join(err, f.Close())
-}
-
-// MarkNewVM writes the record, at p (newVMMarker's path for the server),
-// that this run is about to create a VM.
-func (s *Session) MarkNewVM(p string) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(p, []byte(s.Holder+"\n"), 0o600)
 }
 
 // VMTarget is srv's VM as an SSH target: its user, with sudo.

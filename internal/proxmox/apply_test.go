@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,59 +13,54 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
+	"github.com/mgmtctl/mgmtctl/internal/shell"
 	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
-// TestApplyRunsThePlan: what each step's plan carries is what its Apply
-// runs or writes, nothing recomputed: the payload is changed after Check,
-// and Apply must carry out the changed one.
+// TestApplyRunsThePlan: each step's plan holds exactly the effects it
+// needs, and carrying it out (as a run does: step.CarryOut) does exactly
+// those on the node, in order: one effect more or fewer fails. What the
+// steps read to decide, and the facts they read back, are not among them.
 func TestApplyRunsThePlan(t *testing.T) {
-	marked := remote.Command("echo", "planned")
+	download := remote.Script("", downloadScript, spec().ImageURL, "/var/lib/vz/template/iso/noble-server-cloudimg-amd64.img", "0123abcd")
 	for _, tc := range []struct {
 		name  string
 		step  func(n *Node) step.Step
 		facts func(n *Node)
-		// tamper replaces the plan's payload with a marked one.
-		tamper func(c *step.Change)
 		// answer is what the node answers (remotetest.EmptyBatch when
-		// nil): the facts Apply reads back.
+		// nil): the facts a step reads back.
 		answer func(remote.Cmd) (remote.Result, error)
-		want   []string
+		// plan is the plan's effects; want what the node saw done.
+		plan, want []string
 	}{
 		{name: "image", step: func(n *Node) step.Step { return &Image{N: n} },
-			facts:  func(n *Node) { n.Spec.ImageSHA256 = "0123abcd" },
-			tamper: func(c *step.Change) { c.Payload = marked },
-			want:   []string{"run echo planned"}},
-		{name: "create-vm", step: func(n *Node) step.Step { return &CreateVM{N: n, AuthorizedKey: "ssh-ed25519 AAAA laptop"} },
-			tamper: func(c *step.Change) {
-				cr := c.Payload.(Creation)
-				cr.Keys.Path, cr.Create, cr.Cleanup = "/root/planned.pub", marked, remote.Command("echo", "cleaned")
-				c.Payload = cr
-			},
-			want: []string{"write /root/planned.pub", "run echo planned", "run echo cleaned"}},
+			facts: func(n *Node) { n.Spec.ImageSHA256 = "0123abcd" },
+			plan:  []string{"on pve: download " + spec().ImageURL},
+			want:  []string{"run " + download.String()}},
 		{name: "grow-disk", step: func(n *Node) step.Step { return &GrowDisk{N: n} },
 			facts: func(n *Node) {
 				n.Facts.VMExists, n.Facts.Config = true, ParseConfig("scsi0: local-lvm:vm-110-disk-0,size=3584M\n")
 			},
-			tamper: func(c *step.Change) { c.Payload = marked },
-			// qm resize exits 0 whatever its worker did: Apply reads the
-			// size back, which is the plan's.
+			// qm resize exits 0 whatever its worker did: the size is
+			// read back, and it is the plan's.
 			answer: remotetest.Batch(map[string]string{"qm config": "scsi0: local-lvm:vm-110-disk-0,size=30G\n"}),
-			want:   []string{"run echo planned"}},
+			plan:   []string{"on pve: qm resize 110 scsi0 30G"},
+			want:   []string{"run qm resize 110 scsi0 30G"}},
 		{name: "start-vm", step: func(n *Node) step.Step { return &StartVM{N: n} },
-			facts:  func(n *Node) { n.Facts.VMExists = true },
-			tamper: func(c *step.Change) { c.Payload = marked },
-			want:   []string{"run echo planned"}},
+			facts: func(n *Node) { n.Facts.VMExists = true },
+			plan:  []string{"on pve: qm start 110"},
+			want:  []string{"run qm start 110"}},
 		{name: "destroy-vm", step: func(n *Node) step.Step { return &DestroyVM{N: n} },
 			facts: func(n *Node) {
 				n.Facts.VMExists, n.Facts.Running, n.Facts.Config = true, true, map[string]string{"name": "lab-mgmt", "tags": "mgmtctl"}
 			},
-			tamper: func(c *step.Change) { c.Payload = []remote.Cmd{marked} },
-			want:   []string{"run echo planned"}},
+			plan: []string{"on pve: qm stop 110", "on pve: qm destroy 110 --purge"},
+			want: []string{"run qm stop 110", "run qm destroy 110 --purge"}},
 		{name: "wait-ssh", step: func(n *Node) step.Step { return hungVM(n) },
-			facts:  func(n *Node) { n.Facts.VMExists, n.Facts.Running, n.Facts.Uptime = true, true, time.Hour },
-			tamper: func(c *step.Change) { c.Payload = marked },
-			want:   []string{"run echo planned"}},
+			facts: func(n *Node) { n.Facts.VMExists, n.Facts.Running, n.Facts.Uptime = true, true, time.Hour },
+			plan:  []string{"on pve: qm reset 110"},
+			want:  []string{"run qm reset 110"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &remotetest.Host{HostName: "pve", Answer: remotetest.EmptyBatch}
@@ -76,16 +73,18 @@ func TestApplyRunsThePlan(t *testing.T) {
 			}
 			s := tc.step(n)
 			p, err := s.Check(context.Background())
-			if err != nil || len(p.Changes) != 1 || p.Changes[0].Payload == nil {
+			if err != nil || len(p.Changes) != 1 {
 				t.Fatalf("plan: %+v, %v", p, err)
 			}
-			tc.tamper(&p.Changes[0])
-			if err := s.Apply(context.Background(), p); err != nil {
-				t.Fatalf("apply: %v", err)
+			if got := steptest.Effects(p); !reflect.DeepEqual(got, tc.plan) {
+				t.Errorf("plan %q, want %q", got, tc.plan)
+			}
+			if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h)); err != nil {
+				t.Fatalf("carry out: %v", err)
 			}
 			// Exactly the plan: one effect more (or fewer) fails.
 			if got := h.Effects(); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("applied %q, want %q", got, tc.want)
+				t.Errorf("did %q, want %q", got, tc.want)
 			}
 		})
 	}
@@ -144,7 +143,7 @@ func TestResetOnlyAVMThatNeverBooted(t *testing.T) {
 			if got := !p.Empty(); got != tc.reset {
 				t.Fatalf("reset planned = %v, want %v: %+v", got, tc.reset, p)
 			}
-			if tc.reset && (p.Changes[0].Payload.(remote.Cmd).String() != "qm reset 110" || !strings.Contains(p.Changes[0].Summary, "never answered SSH since mgmtctl created it (no route to host)")) {
+			if tc.reset && (!reflect.DeepEqual(steptest.Effects(p), []string{"on pve: qm reset 110"}) || !strings.Contains(p.Changes[0].Summary, "never answered SSH since mgmtctl created it (no route to host)")) {
 				t.Errorf("plan: %+v", p.Changes[0])
 			}
 		})
@@ -211,10 +210,8 @@ func TestDestroyOnlyMgmtctlsVM(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []string
-			if !p.Empty() {
-				for _, c := range p.Changes[0].Payload.([]remote.Cmd) {
-					got = append(got, c.String())
-				}
+			for _, e := range steptest.Effects(p) {
+				got = append(got, strings.TrimPrefix(e, "on pve: "))
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("commands %q, want %q", got, tc.want)
@@ -225,33 +222,44 @@ func TestDestroyOnlyMgmtctlsVM(t *testing.T) {
 
 // TestCreateVMRecordsThePlannedMarker: the laptop's record of a new VM is
 // part of the create plan (its summary names it) and is written where the
-// plan says, before qm create.
+// plan says, before qm create; the key file goes even when qm fails.
 func TestCreateVMRecordsThePlannedMarker(t *testing.T) {
-	var order []string
-	h := &remotetest.Host{HostName: "pve", Answer: remotetest.EmptyBatch}
-	s := &CreateVM{N: &Node{Spec: spec(), Host: h}, AuthorizedKey: "ssh-ed25519 AAAA laptop", Marker: "/home/u/.config/mgmtctl/new-vm-110",
-		WriteMarker: func(p string) error {
-			// Where the marker falls among the node's effects.
-			order = append(order, fmt.Sprintf("marker %s (after %d effects on the node)", p, len(h.Effects())))
-			return nil
-		}}
-	p, err := s.Check(context.Background())
-	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "record it as new in /home/u/.config/mgmtctl/new-vm-110") ||
-		!strings.Contains(p.Changes[0].Diff.After, "rm -f -- /root/.mgmtctl-sshkeys-110.pub") {
-		t.Fatalf("plan: %+v %v", p, err)
-	}
-	cr := p.Changes[0].Payload.(Creation)
-	cr.Marker = "/planned/marker"
-	p.Changes[0].Payload = cr
-	if err := s.Apply(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	order = append(order, h.Effects()...)
-	// Strict: the marker first, then the key file, qm create and the key
-	// file's removal, each once, and nothing else.
-	want := []string{"marker /planned/marker (after 0 effects on the node)", "write /root/.mgmtctl-sshkeys-110.pub",
-		"run " + cr.Create.String(), "run " + cr.Cleanup.String()}
-	if !reflect.DeepEqual(order, want) {
-		t.Errorf("effects:\n%q\nwant\n%q", order, want)
+	for _, qmFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("qm fails=%v", qmFails), func(t *testing.T) {
+			h := &remotetest.Host{HostName: "pve", Answer: remotetest.EmptyBatch}
+			if qmFails {
+				h.Answer = func(c remote.Cmd) (remote.Result, error) {
+					if len(c.Args) > 1 && c.Args[1] == "create" {
+						return remote.Result{}, &remote.ExitError{Host: "pve", Cmd: "qm create", Code: 2, Stderr: "unable to create VM 110"}
+					}
+					return remotetest.EmptyBatch(c)
+				}
+			}
+			marker := filepath.Join(t.TempDir(), "mgmtctl", "new-vm-110")
+			s := &CreateVM{N: &Node{Spec: spec(), Host: h}, AuthorizedKey: "ssh-ed25519 AAAA laptop", Marker: marker, MarkerContent: []byte("u@laptop pid 1\n")}
+			p, err := s.Check(context.Background())
+			if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "record it as new in "+marker) ||
+				!strings.Contains(p.Changes[0].Diff.After, "rm -f -- /root/.mgmtctl-sshkeys-110.pub") {
+				t.Fatalf("plan: %+v %v", p, err)
+			}
+			create, _ := shell.Join(s.CreateArgs()...)
+			// Strict: the marker first, then the key file, qm create and
+			// the key file's removal, each once, and nothing else.
+			want := []string{"write " + marker + " (15 bytes, 0600)", "on pve: write /root/.mgmtctl-sshkeys-110.pub (24 bytes, 0600)",
+				"on pve: " + create, "on pve: rm -f -- /root/.mgmtctl-sshkeys-110.pub (whatever happened before)"}
+			if got := steptest.Effects(p); !reflect.DeepEqual(got, want) {
+				t.Errorf("plan:\n%q\nwant\n%q", got, want)
+			}
+			err = step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h))
+			if qmFails != (err != nil) || qmFails && !strings.Contains(err.Error(), "create VM 110: qm create exited 2") {
+				t.Fatalf("carry out: %v", err)
+			}
+			if b, err := os.ReadFile(marker); err != nil || string(b) != "u@laptop pid 1\n" {
+				t.Errorf("marker: %q %v", b, err)
+			}
+			if got, want := h.Effects(), []string{"write /root/.mgmtctl-sshkeys-110.pub", "run " + create, "run rm -f -- /root/.mgmtctl-sshkeys-110.pub"}; !reflect.DeepEqual(got, want) {
+				t.Errorf("on the node:\n%q\nwant\n%q", got, want)
+			}
+		})
 	}
 }

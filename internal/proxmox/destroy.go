@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -26,7 +27,7 @@ func (e *ForeignVMError) Error() string {
 // does not exist is already destroyed.
 type DestroyVM struct{ N *Node }
 
-var _ step.Step = (*DestroyVM)(nil)
+var _ step.Finisher = (*DestroyVM)(nil)
 
 // ID implements step.Step.
 func (s *DestroyVM) ID() string { return "destroy-vm" }
@@ -43,22 +44,20 @@ func (s *DestroyVM) Check(ctx context.Context) (step.Plan, error) {
 	if !s.N.Ours() {
 		return step.Plan{}, &ForeignVMError{VMID: s.N.Spec.VMID, Node: s.N.Name(), Name: f.Config["name"], Tags: f.Config["tags"]}
 	}
-	var cmds []remote.Cmd
+	var cmds []effect.Effect
 	if f.Running {
 		// A hard stop: the VM is going away with its disks.
-		cmds = append(cmds, remote.Command("qm", "stop", id))
+		cmds = append(cmds, s.N.run(remote.Command("qm", "stop", id)))
 	}
-	cmds = append(cmds, remote.Command("qm", "destroy", id, "--purge"))
+	cmds = append(cmds, s.N.run(remote.Command("qm", "destroy", id, "--purge")))
 	return step.Plan{Changes: []step.Change{{Target: "VM " + id, Action: step.Delete,
-		Summary: fmt.Sprintf("destroy VM %s (%s) on %s with its disks", id, f.Config["name"], s.N.Name()), Payload: cmds}}}, nil
+		Summary: fmt.Sprintf("destroy VM %s (%s) on %s with its disks", id, f.Config["name"], s.N.Name()), Effects: cmds}}}, nil
 }
 
-// Apply implements step.Step: it runs the planned commands.
-func (s *DestroyVM) Apply(ctx context.Context, p step.Plan) error {
-	for _, c := range p.Changes[0].Payload.([]remote.Cmd) {
-		if _, err := s.N.Host.Run(ctx, c); err != nil {
-			return fmt.Errorf("destroy VM %s: %w", s.N.VMID(), err)
-		}
+// Finish implements step.Finisher.
+func (s *DestroyVM) Finish(ctx context.Context, out []remote.Result, err error) error {
+	if err != nil {
+		return fmt.Errorf("destroy VM %s: %w", s.N.VMID(), err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -12,7 +13,7 @@ import (
 // Image puts the pinned cloud image on the node, verified by its sha256.
 type Image struct{ N *Node }
 
-var _ step.Step = (*Image)(nil)
+var _ step.Finisher = (*Image)(nil)
 
 // ID implements step.Step.
 func (s *Image) ID() string { return "image" }
@@ -24,16 +25,16 @@ func (s *Image) Host() string { return s.N.Name() }
 func (s *Image) Check(ctx context.Context) (step.Plan, error) {
 	sp := s.N.Spec
 	want, got, p := sp.ImageSHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
-	download := remote.Script("download "+sp.ImageURL, downloadScript, sp.ImageURL, p, want)
+	download := []effect.Effect{s.N.run(remote.Script("download "+sp.ImageURL, downloadScript, sp.ImageURL, p, want))}
 	switch got {
 	case want:
 		return step.Plan{Note: p + " present, sha256 verified"}, nil
 	case "":
 		return step.Plan{Changes: []step.Change{{Target: p, Action: step.Create,
-			Summary: "download " + sp.ImageURL + " to " + p, Payload: download}}}, nil
+			Summary: "download " + sp.ImageURL + " to " + p, Effects: download}}}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: p, Action: step.Update,
-		Summary: fmt.Sprintf("replace %s (sha256 %s, want %s)", p, got, want), Payload: download}}}, nil
+		Summary: fmt.Sprintf("replace %s (sha256 %s, want %s)", p, got, want), Effects: download}}}, nil
 }
 
 // downloadScript fetches $1 to a temporary name beside $2, checks its
@@ -61,9 +62,9 @@ chmod 644 "$tmp"
 mv -f -- "$tmp" "$dst"
 trap - EXIT`
 
-// Apply implements step.Step: it runs the planned download.
-func (s *Image) Apply(ctx context.Context, p step.Plan) error {
-	_, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
+// Finish implements step.Finisher: a checksum mismatch (the script's
+// exit 65) is said as one.
+func (s *Image) Finish(ctx context.Context, out []remote.Result, err error) error {
 	var ee *remote.ExitError
 	if errors.As(err, &ee) && ee.Code == 65 {
 		return fmt.Errorf("download image to %s: %s; nothing was kept under the final name", s.N.ImagePath(), ee.Stderr)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -80,6 +81,9 @@ func (n *Node) ImagePath() string {
 
 // ro is the node behind the read-only gate, for Check.
 func (n *Node) ro() remote.Host { return remote.ReadOnly(n.Host) }
+
+// run is the effect of running c on the node.
+func (n *Node) run(c remote.Cmd) effect.Run { return effect.Run{Host: n.Name(), Cmd: c} }
 
 // Gather reads every fact in one round trip.
 func (n *Node) Gather(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -51,7 +52,10 @@ type NewVMRecord interface {
 	RecordGaveUp() error
 }
 
-var _ step.Waiter = (*Reachable)(nil)
+var (
+	_ step.Waiter   = (*Reachable)(nil)
+	_ step.Finisher = (*Reachable)(nil)
+)
 
 // ID implements step.Step.
 func (s *Reachable) ID() string { return "wait-ssh" }
@@ -91,12 +95,12 @@ func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
 	id := s.N.VMID()
 	return step.Plan{Changes: []step.Change{{Target: "VM " + id, Action: step.Run,
 		Summary: fmt.Sprintf("reset VM %s: up %s, it never answered SSH since mgmtctl created it (%v)", id, f.Uptime, rootCause(err)),
-		Payload: remote.Command("qm", "reset", id)}}}, nil
+		Effects: []effect.Effect{s.N.run(remote.Command("qm", "reset", id))}}}}, nil
 }
 
-// Apply implements step.Step: it resets the VM that never booted.
-func (s *Reachable) Apply(ctx context.Context, p step.Plan) error {
-	if _, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
+// Finish implements step.Finisher: the VM reset is booting.
+func (s *Reachable) Finish(ctx context.Context, out []remote.Result, err error) error {
+	if err != nil {
 		return fmt.Errorf("reset VM %s: %w", s.N.VMID(), err)
 	}
 	s.N.Started = true

@@ -2,11 +2,11 @@ package proxmox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/shell"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -20,13 +20,13 @@ type CreateVM struct {
 	AuthorizedKey string
 	// Marker is the laptop file that records this VM as new, written
 	// just before qm create, so its host key may be learned even if the
-	// run dies right after creating it; empty for none.
-	Marker string
-	// WriteMarker writes the marker at the planned path.
-	WriteMarker func(path string) error
+	// run dies right after creating it; empty for none. MarkerContent is
+	// what it says (which run created the VM).
+	Marker        string
+	MarkerContent []byte
 }
 
-var _ step.Step = (*CreateVM)(nil)
+var _ step.Finisher = (*CreateVM)(nil)
 
 // ID implements step.Step.
 func (s *CreateVM) ID() string { return "create-vm" }
@@ -66,26 +66,23 @@ func (s *CreateVM) CreateArgs() []string {
 	}
 }
 
-// Creation is CreateVM's payload, in the order Apply carries it out: the
-// laptop's record of the new VM, the user's public key written to a file
-// on the node for qm's --sshkeys, the qm create command, and the key
-// file's removal once qm has read it.
-type Creation struct {
-	Marker  string
-	Keys    remote.File
-	Create  remote.Cmd
-	Cleanup remote.Cmd
-}
-
 // Check implements step.Step. It is the example of a remote command step:
-// the plan carries the command, --diff shows its line, Apply runs it.
+// the plan carries the commands, --diff shows their lines, the engine runs
+// them: the laptop's record of the new VM, the user's public key written
+// to a file on the node for qm's --sshkeys, the qm create command, and the
+// key file's removal once qm has read it (whether qm created the VM or not).
 func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 	n := s.N
 	if !n.Facts.VMExists {
-		c := Creation{Marker: s.Marker, Keys: remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600},
-			Create: remote.Command(s.CreateArgs()...), Cleanup: remote.Command("rm", "-f", "--", s.keysFile())}
+		keys := remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600}
+		create, cleanup := remote.Command(s.CreateArgs()...), remote.Command("rm", "-f", "--", s.keysFile())
+		var effects []effect.Effect
+		if s.Marker != "" {
+			effects = append(effects, effect.WriteLocal{Path: s.Marker, Content: s.MarkerContent})
+		}
+		effects = append(effects, effect.Write{Host: n.Name(), File: keys}, n.run(create), effect.Run{Host: n.Name(), Cmd: cleanup, Always: true})
 		var lines []string
-		for _, cmd := range []remote.Cmd{c.Create, c.Cleanup} {
+		for _, cmd := range []remote.Cmd{create, cleanup} {
 			line, err := shell.Join(cmd.Args...)
 			if err != nil {
 				return step.Plan{}, err
@@ -93,11 +90,11 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 			lines = append(lines, line)
 		}
 		summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImagePath())
-		if c.Marker != "" {
-			summary += "; record it as new in " + c.Marker
+		if s.Marker != "" {
+			summary += "; record it as new in " + s.Marker
 		}
 		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create, Summary: summary,
-			Diff: &step.Diff{Path: "qm create", After: "# " + c.Keys.Path + ": the user's public key (0600)\n" + strings.Join(lines, "\n") + "\n"}, Payload: c}}}, nil
+			Diff: &step.Diff{Path: "qm create", After: "# " + keys.Path + ": the user's public key (0600)\n" + strings.Join(lines, "\n") + "\n"}, Effects: effects}}}, nil
 	}
 	if !n.Ours() {
 		return step.Plan{}, fmt.Errorf("VMID %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
@@ -130,28 +127,12 @@ func (s *CreateVM) Drift() []string {
 	return out
 }
 
-// Apply implements step.Step: it writes the planned keys file, runs the
-// planned qm create, and removes the keys file.
-func (s *CreateVM) Apply(ctx context.Context, p step.Plan) error {
+// Finish implements step.Finisher: the VM is read back, and marked as
+// created by this run (its host key may be learned).
+func (s *CreateVM) Finish(ctx context.Context, out []remote.Result, err error) error {
 	n := s.N
-	c := p.Changes[0].Payload.(Creation)
-	if c.Marker != "" && s.WriteMarker != nil {
-		if err := s.WriteMarker(c.Marker); err != nil {
-			return fmt.Errorf("create VM %s: record it as new: %w", n.VMID(), err)
-		}
-	}
-	if _, err := n.Host.WriteFile(ctx, c.Keys); err != nil {
-		return fmt.Errorf("create VM %s: %w", n.VMID(), err)
-	}
-	_, err := n.Host.Run(ctx, c.Create)
-	// The key file goes whether qm created the VM or not; a failed
-	// removal is said, after qm's own failure if there was one.
-	_, cerr := n.Host.Run(ctx, c.Cleanup)
 	if err != nil {
-		return errors.Join(fmt.Errorf("create VM %s: %w", n.VMID(), err), wrapCleanup(cerr, c.Keys.Path))
-	}
-	if cerr != nil {
-		return wrapCleanup(cerr, c.Keys.Path)
+		return fmt.Errorf("create VM %s: %w", n.VMID(), err)
 	}
 	n.Created = true
 	return n.Gather(ctx)
@@ -160,7 +141,7 @@ func (s *CreateVM) Apply(ctx context.Context, p step.Plan) error {
 // GrowDisk grows scsi0 to diskGiB; it never shrinks.
 type GrowDisk struct{ N *Node }
 
-var _ step.Step = (*GrowDisk)(nil)
+var _ step.Finisher = (*GrowDisk)(nil)
 
 // ID implements step.Step.
 func (s *GrowDisk) ID() string { return "grow-disk" }
@@ -191,7 +172,7 @@ func (s *GrowDisk) Check(ctx context.Context) (step.Plan, error) {
 	}
 	return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID() + " scsi0", Action: step.Update,
 		Summary: fmt.Sprintf("grow scsi0 from %s to %dG", human(cur), gib),
-		Payload: remote.Command("qm", "resize", n.VMID(), "scsi0", fmt.Sprintf("%dG", gib))}}}, nil
+		Effects: []effect.Effect{n.run(remote.Command("qm", "resize", n.VMID(), "scsi0", fmt.Sprintf("%dG", gib)))}}}}, nil
 }
 
 func human(b int64) string {
@@ -201,11 +182,10 @@ func human(b int64) string {
 	return fmt.Sprintf("%dM", b>>20)
 }
 
-// Apply implements step.Step. qm resize exits 0 even when its worker fails
-// (docs/upstream.md §1.3), so the result is read back from qm config.
-func (s *GrowDisk) Apply(ctx context.Context, p step.Plan) error {
+// Finish implements step.Finisher. qm resize exits 0 even when its worker
+// fails (docs/upstream.md §1.3), so the result is read back from qm config.
+func (s *GrowDisk) Finish(ctx context.Context, out []remote.Result, err error) error {
 	n := s.N
-	res, err := n.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd))
 	if err != nil {
 		return fmt.Errorf("grow disk of VM %s: %w", n.VMID(), err)
 	}
@@ -213,7 +193,7 @@ func (s *GrowDisk) Apply(ctx context.Context, p step.Plan) error {
 		return err
 	}
 	if cur, _ := n.DiskBytes(); cur != s.want() {
-		return fmt.Errorf("grow disk of VM %s: size is still %s: %s", n.VMID(), human(cur), strings.TrimSpace(string(res.Stderr)))
+		return fmt.Errorf("grow disk of VM %s: size is still %s: %s", n.VMID(), human(cur), strings.TrimSpace(string(out[len(out)-1].Stderr)))
 	}
 	return nil
 }
@@ -221,7 +201,7 @@ func (s *GrowDisk) Apply(ctx context.Context, p step.Plan) error {
 // StartVM starts the VM when it is stopped.
 type StartVM struct{ N *Node }
 
-var _ step.Step = (*StartVM)(nil)
+var _ step.Finisher = (*StartVM)(nil)
 
 // ID implements step.Step.
 func (s *StartVM) ID() string { return "start-vm" }
@@ -235,21 +215,14 @@ func (s *StartVM) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Note: "VM " + s.N.VMID() + " is running"}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: "VM " + s.N.VMID(), Action: step.Run, Summary: fmt.Sprintf("start VM %s (%s)", s.N.VMID(), s.N.Spec.Name),
-		Payload: remote.Command("qm", "start", s.N.VMID())}}}, nil
+		Effects: []effect.Effect{s.N.run(remote.Command("qm", "start", s.N.VMID()))}}}}, nil
 }
 
-// Apply implements step.Step.
-func (s *StartVM) Apply(ctx context.Context, p step.Plan) error {
-	if _, err := s.N.Host.Run(ctx, p.Changes[0].Payload.(remote.Cmd)); err != nil {
+// Finish implements step.Finisher: the VM started is booting.
+func (s *StartVM) Finish(ctx context.Context, out []remote.Result, err error) error {
+	if err != nil {
 		return fmt.Errorf("start VM %s: %w", s.N.VMID(), err)
 	}
 	s.N.Started = true
 	return s.N.Gather(ctx)
-}
-
-func wrapCleanup(err error, path string) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("remove the key file %s from the node: %w", path, err)
 }

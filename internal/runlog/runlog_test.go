@@ -28,7 +28,7 @@ func TestLogRedactsAndIsPrivate(t *testing.T) {
 	ps := []step.Phase{{Tag: step.TagCAPI, Steps: []step.Step{
 		&steptest.File{StepID: "credentials", HostName: "lab-mgmt", Path: "/s", Content: secret, W: w, ApplyErr: errors.New("apply secret " + secret)},
 	}}}
-	engine.Run(context.Background(), ps, engine.Options{}, l)
+	engine.Run(context.Background(), ps, engine.Options{Exec: w}, l)
 	l.Logger.Debug("ran", "cmd", "echo "+secret)
 	l.Close()
 	b, err := os.ReadFile(l.Path)

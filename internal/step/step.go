@@ -8,6 +8,9 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
 // Outcome is how a step ended.
@@ -72,11 +75,20 @@ type Change struct {
 	Action  Action `json:"action"`
 	Summary string `json:"summary"`
 	Diff    *Diff  `json:"diff,omitempty"`
-	// Payload is what Apply carries out, exactly: the command to run
-	// (remote.Cmd), the file to write (remote.File), the object to apply.
-	// Check computes it once; what --diff shows is rendered from it, and
-	// Apply runs it without deciding again.
-	Payload any `json:"-"`
+	// Effects are what carrying the change out does, in order: Check
+	// computes them once, --diff lists them, and the engine hands exactly
+	// these to the run's Executor. A change without effects can be shown
+	// but not carried out yet (what it needs does not exist yet, as in a
+	// check run before the VM exists): a run that reaches it fails with a
+	// *NotYetError.
+	Effects []effect.Effect `json:"-"`
+}
+
+// NotYetError is a change a run was to carry out that has no effects yet.
+type NotYetError struct{ Change Change }
+
+func (e *NotYetError) Error() string {
+	return fmt.Sprintf("%s: not possible yet: what it needs does not exist", e.Change.Summary)
 }
 
 // Plan is what a step's Check found: nothing to do, a reason to skip, or
@@ -95,14 +107,15 @@ type Plan struct {
 // Empty reports whether the plan changes nothing.
 func (p Plan) Empty() bool { return len(p.Changes) == 0 }
 
-// Step is one idempotent unit of convergence.
+// Step is one idempotent unit of convergence: Check observes and returns
+// the plan; the engine carries out the plan's effects, exactly, through
+// the run's Executor. A step has no way of its own to apply a plan.
 //
-// Check must not mutate anything, and Apply carries out exactly the plan
-// Check returned. What keeps Check to reading is, for now, each step's own
-// discipline and its tests: a step holds read-write hosts and clusters, and
-// reads through remote.ReadOnly where it opts in; only a check-mode or
-// status session hands every step hosts behind that read-only gate, and
-// never calls Apply. Read-only capabilities handed to Check in every mode
+// Check must not mutate anything. What keeps it to reading is, for now,
+// each step's own discipline and its tests: a step holds read-write hosts
+// and clusters, and reads through remote.ReadOnly where it opts in; only a
+// check-mode or status session hands every step hosts behind that
+// read-only gate. Read-only capabilities handed to Check in every mode
 // are issue #29's.
 type Step interface {
 	// ID is stable kebab-case, unique within its phase; it is what logs,
@@ -111,7 +124,41 @@ type Step interface {
 	// Host names the machine the step acts on, for the recap.
 	Host() string
 	Check(ctx context.Context) (Plan, error)
-	Apply(ctx context.Context, p Plan) error
+}
+
+// Finisher is a step with something to do once its plan was carried out:
+// read back what the effects left (qm resize exits 0 whatever its worker
+// did), take a value from their output for a later step, or say in the
+// user's terms why an effect failed. out holds the result of each effect
+// attempted, in plan order; err is the first failure's, or nil. Finish
+// returns the step's error (err itself, wrapped, or one of its own).
+type Finisher interface {
+	Step
+	Finish(ctx context.Context, out []remote.Result, err error) error
+}
+
+// CarryOut hands the plan's effects, every change's in order, to x, then
+// the outcome to s's Finish, if it has one. It is how the engine carries
+// out a plan, and how a step's test does.
+func CarryOut(ctx context.Context, s Step, p Plan, x Executor) error {
+	var effects []effect.Effect
+	for _, c := range p.Changes {
+		if len(c.Effects) == 0 {
+			return &NotYetError{Change: c}
+		}
+		effects = append(effects, c.Effects...)
+	}
+	out, err := x.Do(ctx, effects)
+	if f, ok := s.(Finisher); ok {
+		return f.Finish(ctx, out, err)
+	}
+	return err
+}
+
+// Executor carries out effects (effect.Executor in a run; a test's fake in
+// the engine's tests).
+type Executor interface {
+	Do(ctx context.Context, effects []effect.Effect) ([]remote.Result, error)
 }
 
 // Waiter is a step that also waits for a state the system reaches by

@@ -9,15 +9,59 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// World is the state fake steps observe and change. Applied records every
-// mutation in order, so a test can assert that check mode made none.
+// World is the state fake steps observe and change; it is also the
+// run's step.Executor, carrying out their effects on itself. Applied
+// records every mutation in order, so a test can assert that check mode
+// made none.
 type World struct {
 	mu      sync.Mutex
 	Files   map[string]string
 	Applied []string
+	// Fail makes the effect on this path or host fail with its error.
+	Fail map[string]error
+	// Hooks run as the Run effect of their command starts: a step
+	// holding the run mid-effect, or reporting progress.
+	Hooks map[string]func(ctx context.Context) error
+}
+
+var _ step.Executor = (*World)(nil)
+
+// Do implements step.Executor over the world: a WriteLocal sets a file, a
+// Run is recorded; any other effect is not of this world.
+func (w *World) Do(ctx context.Context, effects []effect.Effect) ([]remote.Result, error) {
+	var out []remote.Result
+	for _, e := range effects {
+		out = append(out, remote.Result{})
+		switch e := e.(type) {
+		case effect.WriteLocal:
+			if err := w.Fail[e.Path]; err != nil {
+				return out, err
+			}
+			w.mu.Lock()
+			w.Files[e.Path] = string(e.Content)
+			w.mu.Unlock()
+			w.record("write " + e.Path)
+		case effect.Run:
+			if err := w.Fail[e.Host]; err != nil {
+				return out, err
+			}
+			if h := w.Hooks[e.Cmd.String()]; h != nil {
+				if err := h(ctx); err != nil {
+					return out, err
+				}
+			}
+			w.record("run " + e.Cmd.String())
+		default:
+			return out, fmt.Errorf("steptest: %T is not an effect of this world", e)
+		}
+	}
+	return out, nil
 }
 
 // NewWorld returns an empty world.
@@ -55,7 +99,8 @@ type File struct {
 	StepID, HostName string
 	Path, Content    string
 	W                *World
-	// ApplyErr makes Apply fail (after the check found a change).
+	// ApplyErr makes carrying out the plan fail (after the check found a
+	// change), the write not made.
 	ApplyErr error
 	// CheckErr makes Check fail.
 	CheckErr error
@@ -83,27 +128,22 @@ func (f *File) Check(ctx context.Context) (step.Plan, error) {
 	if ok && cur == f.Content {
 		return step.Plan{Note: f.Path + " up to date"}, nil
 	}
+	if f.ApplyErr != nil {
+		f.W.mu.Lock()
+		if f.W.Fail == nil {
+			f.W.Fail = map[string]error{}
+		}
+		f.W.Fail[f.Path] = f.ApplyErr
+		f.W.mu.Unlock()
+	}
 	action, summary := step.Update, "update "+f.Path
 	if !ok {
 		action, summary = step.Create, "create "+f.Path
 	}
 	return step.Plan{
 		Changes: []step.Change{{Target: f.Path, Action: action, Summary: summary,
-			Diff: &step.Diff{Path: f.Path, Before: cur, After: f.Content}, Payload: f.Content}},
+			Diff: &step.Diff{Path: f.Path, Before: cur, After: f.Content}, Effects: []effect.Effect{effect.WriteLocal{Path: f.Path, Content: []byte(f.Content)}}}},
 	}, nil
-}
-
-// Apply implements step.Step: it writes the plan's payload, not f.Content.
-func (f *File) Apply(ctx context.Context, p step.Plan) error {
-	if f.ApplyErr != nil {
-		return f.ApplyErr
-	}
-	content := p.Changes[0].Payload.(string)
-	f.W.mu.Lock()
-	f.W.Files[f.Path] = content
-	f.W.mu.Unlock()
-	f.W.record("write " + f.Path)
-	return nil
 }
 
 // Wait is a Waiter over the world: done once Path holds Want. Its Check
@@ -136,11 +176,6 @@ func (s *Wait) Host() string { return s.HostName }
 // Check implements step.Step.
 func (s *Wait) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{Note: s.Path + " is " + s.Want}, nil
-}
-
-// Apply implements step.Step; it is never called, the plan being empty.
-func (s *Wait) Apply(ctx context.Context, p step.Plan) error {
-	panic("steptest.Wait has nothing to apply")
 }
 
 // Observe implements step.Waiter.
@@ -184,14 +219,15 @@ func (s *Wait) Wait(ctx context.Context) error {
 	return errors.New("still waiting: " + why)
 }
 
-// Action is a step that always has one thing to run.
+// Action is a step that always has one thing to run: the command named
+// after it, on its host.
 type Action struct {
 	StepID, HostName string
 	W                *World
-	// Progress messages are reported before Apply returns.
+	// Progress messages are reported while its command runs.
 	Progress []string
-	// Block, if set, is waited on in Apply (or until ctx is done), to
-	// hold a run mid-step.
+	// Block, if set, is waited on while its command runs (or until ctx is
+	// done), to hold a run mid-step.
 	Block <-chan struct{}
 }
 
@@ -203,13 +239,20 @@ func (a *Action) ID() string { return a.StepID }
 // Host implements step.Step.
 func (a *Action) Host() string { return a.HostName }
 
-// Check implements step.Step.
+// Check implements step.Step. The first Check registers the command's
+// hook with the world.
 func (a *Action) Check(ctx context.Context) (step.Plan, error) {
-	return step.Plan{Changes: []step.Change{{Target: a.StepID, Action: step.Run, Summary: "run " + a.StepID}}}, nil
+	a.W.mu.Lock()
+	if a.W.Hooks == nil {
+		a.W.Hooks = map[string]func(context.Context) error{}
+	}
+	a.W.Hooks[a.StepID] = a.hook
+	a.W.mu.Unlock()
+	return step.Plan{Changes: []step.Change{{Target: a.StepID, Action: step.Run, Summary: "run " + a.StepID,
+		Effects: []effect.Effect{effect.Run{Host: a.HostName, Cmd: remote.Command(a.StepID)}}}}}, nil
 }
 
-// Apply implements step.Step.
-func (a *Action) Apply(ctx context.Context, p step.Plan) error {
+func (a *Action) hook(ctx context.Context) error {
 	for _, m := range a.Progress {
 		step.Progress(ctx, m)
 	}
@@ -220,6 +263,33 @@ func (a *Action) Apply(ctx context.Context, p step.Plan) error {
 			return ctx.Err()
 		}
 	}
-	a.W.record("run " + a.StepID)
 	return nil
+}
+
+// Executor is the run's executor over test hosts (found by their names)
+// and a test cluster (nil: none), for a step's test to carry out its plan
+// as a run does (step.CarryOut).
+func Executor(cluster *kube.Cluster, hosts ...remote.Host) *effect.Executor {
+	return &effect.Executor{
+		Host: func(ctx context.Context, name string) (remote.Host, error) {
+			for _, h := range hosts {
+				if h.Name() == name {
+					return h, nil
+				}
+			}
+			return nil, fmt.Errorf("steptest: no host %s", name)
+		},
+		Cluster: func(ctx context.Context) (*kube.Cluster, error) { return cluster, nil },
+	}
+}
+
+// Effects is what a plan's changes do, as their effects say it, in order.
+func Effects(p step.Plan) []string {
+	var out []string
+	for _, c := range p.Changes {
+		for _, e := range c.Effects {
+			out = append(out, e.String())
+		}
+	}
+	return out
 }

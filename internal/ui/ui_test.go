@@ -76,10 +76,10 @@ func TestTextGolden(t *testing.T) {
 		check bool
 	}{{"apply", false}, {"check", true}} {
 		t.Run(mode.name, func(t *testing.T) {
-			_, ps := world()
+			w, ps := world()
 			var out bytes.Buffer
 			v := NewText(&out, TextOptions{Diff: true, Redactor: redactor()})
-			if _, err := engine.Run(context.Background(), ps, engine.Options{Check: mode.check, Now: fixedClock()}, v); err != nil {
+			if _, err := engine.Run(context.Background(), ps, engine.Options{Check: mode.check, Now: fixedClock(), Exec: w}, v); err != nil {
 				t.Fatal(err)
 			}
 			if strings.Contains(out.String(), secret) {
@@ -92,12 +92,12 @@ func TestTextGolden(t *testing.T) {
 
 func TestTextNoop(t *testing.T) {
 	w, ps := world()
-	if _, err := engine.Run(context.Background(), ps, engine.Options{}, &engine.Recap{Hosts: map[string]*engine.Counts{}}); err != nil {
+	if _, err := engine.Run(context.Background(), ps, engine.Options{Exec: w}, &engine.Recap{Hosts: map[string]*engine.Counts{}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = w
 	var out bytes.Buffer
-	if _, err := engine.Run(context.Background(), ps, engine.Options{Now: fixedClock()}, NewText(&out, TextOptions{})); err != nil {
+	if _, err := engine.Run(context.Background(), ps, engine.Options{Now: fixedClock(), Exec: w}, NewText(&out, TextOptions{})); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "total: ok=4 changed=0 failed=0 skipped=1 (nothing changed)") {
@@ -112,7 +112,7 @@ func TestTextFailurePointsAtLog(t *testing.T) {
 			ApplyErr: errors.New("create VM 110 on pv1-1: token " + secret + " rejected")},
 	}}}
 	var out bytes.Buffer
-	_, err := engine.Run(context.Background(), ps, engine.Options{Now: fixedClock()}, NewText(&out, TextOptions{Redactor: redactor(), LogPath: "/home/u/.cache/mgmtctl/runs/x.log"}))
+	_, err := engine.Run(context.Background(), ps, engine.Options{Now: fixedClock(), Exec: w}, NewText(&out, TextOptions{Redactor: redactor(), LogPath: "/home/u/.cache/mgmtctl/runs/x.log"}))
 	if err == nil {
 		t.Fatal("want failure")
 	}
@@ -125,9 +125,9 @@ func TestTextFailurePointsAtLog(t *testing.T) {
 }
 
 func TestJSON(t *testing.T) {
-	_, ps := world()
+	w, ps := world()
 	var out bytes.Buffer
-	if _, err := engine.Run(context.Background(), ps, engine.Options{Now: fixedClock()}, NewJSON(&out, redactor(), true)); err != nil {
+	if _, err := engine.Run(context.Background(), ps, engine.Options{Now: fixedClock(), Exec: w}, NewJSON(&out, redactor(), true)); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), secret) {
@@ -185,7 +185,7 @@ func TestSpinner(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error)
 	go func() {
-		_, err := engine.Run(context.Background(), ps, engine.Options{}, NewText(&out, TextOptions{Terminal: true}))
+		_, err := engine.Run(context.Background(), ps, engine.Options{Exec: w}, NewText(&out, TextOptions{Terminal: true}))
 		done <- err
 	}()
 	// Wait for the spinner to draw its line with the progress message.
@@ -236,7 +236,7 @@ func TestHeartbeat(t *testing.T) {
 	out := &notifyBuffer{wrote: make(chan struct{}, 1)}
 	done := make(chan error)
 	go func() {
-		_, err := engine.Run(context.Background(), ps, engine.Options{}, NewText(out, TextOptions{Heartbeat: 20 * time.Millisecond}))
+		_, err := engine.Run(context.Background(), ps, engine.Options{Exec: w}, NewText(out, TextOptions{Heartbeat: 20 * time.Millisecond}))
 		done <- err
 	}()
 	want := "  ... addons/chart-ready: still running ("
