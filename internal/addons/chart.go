@@ -84,7 +84,7 @@ func (c Chart) Render() []byte {
 // VM is what the addons steps share: the VM's host and the cluster.
 type VM struct {
 	Name string
-	Host remote.Host
+	Host remote.Reader
 	// Cluster is nil in a check run before the cluster exists.
 	Cluster func() *kube.Cluster
 }
@@ -122,7 +122,7 @@ func (s *Manifest) Check(ctx context.Context) (step.Plan, error) {
 	var cur []byte
 	err := fs.ErrNotExist
 	if s.V.Host != nil {
-		cur, err = remote.ReadOnly(s.V.Host).ReadFile(ctx, s.C.Path(), true)
+		cur, err = s.V.Host.ReadFile(ctx, s.C.Path(), true)
 	}
 	action := step.Update
 	if errors.Is(err, fs.ErrNotExist) {

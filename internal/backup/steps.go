@@ -19,7 +19,7 @@ import (
 // VM is the k3s server a backup is taken on or restored to.
 type VM struct {
 	Name string
-	Host remote.Host
+	Host remote.Reader
 }
 
 // conn is the name of the connection to the server (for a plan's
@@ -120,7 +120,7 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 		dir = fmt.Sprintf("%s-%d", base, n) // two backups in one second
 	}
 	snap := path.Join(SnapshotDir, s.T.snapshot)
-	res, err := remote.ReadOnly(s.T.V.Host).Run(ctx, remote.Query("sh", "-c", `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, "sh", snap).AsRoot())
+	res, err := s.T.V.Host.Look(ctx, remote.Look("sh", "-c", `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, "sh", snap).AsRoot())
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read the sha256 of %s: %w", snap, err)
 	}
@@ -137,7 +137,7 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 	}
 	host := s.T.V.conn()
 	del := remote.Command("k3s", "etcd-snapshot", "delete", s.T.snapshot).AsRoot()
-	effects := []effect.Effect{
+	effects := [copyEffects]effect.Effect{
 		effect.Download{Host: host, Path: snap, Sudo: true, To: filepath.Join(dir, snapshotFile), SHA256: sum},
 		effect.WriteLocal{Path: filepath.Join(dir, sumFile), Content: sumLine(sum)},
 		effect.Download{Host: host, Path: TokenPath, Sudo: true, To: filepath.Join(dir, tokenFile)},
@@ -147,13 +147,18 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 	}
 	return step.Plan{Changes: []step.Change{{Target: dir, Action: step.Create,
 		Summary: fmt.Sprintf("copy %s (%.1f MiB) and the server token %s to %s (snapshot, token, mgmt.yaml, backup.json; 0600); then %s on the server",
-			snap, float64(size)/(1<<20), TokenPath, dir, del.Display()), Effects: effects}}}, nil
+			snap, float64(size)/(1<<20), TokenPath, dir, del.Display()), Effects: effects[:]}}}, nil
 }
+
+// copyEffects is how many effects a backup's copy has, the server-side
+// delete last.
+const copyEffects = 6
 
 // Finish implements step.Finisher: a failure after the backup is complete
 // says where it is.
 func (s *Fetch) Finish(ctx context.Context, out []remote.Result, err error) error {
-	if err != nil && len(out) == 6 {
+	// Every effect attempted: the one that failed is the delete, the last.
+	if err != nil && len(out) == copyEffects {
 		return fmt.Errorf("the backup is complete; deleting the server's copy failed: %w", err)
 	}
 	return err
@@ -230,7 +235,7 @@ systemctl start k3s`
 
 // Check implements step.Step.
 func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
-	res, err := remote.ReadOnly(s.V.Host).Run(ctx, remote.Query("sh", "-c", "command -v k3s").Allow(1, 127))
+	res, err := s.V.Host.Look(ctx, remote.Look("sh", "-c", "command -v k3s").Allow(1, 127))
 	if err != nil {
 		return step.Plan{}, err
 	}

@@ -132,7 +132,7 @@ func (s *ProviderStep) target() string {
 }
 
 // plan is the change to a provider CR: shown is what the server would
-// store (for --diff), apply the object Apply sends as it is.
+// store (for --diff), apply the object the Apply effect sends as it is.
 func (s *ProviderStep) plan(a step.Action, cur, shown, apply *unstructured.Unstructured) step.Plan {
 	summary := fmt.Sprintf("create %s %s", s.P.Ref(), s.P.Version)
 	if a == step.Update {

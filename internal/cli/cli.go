@@ -295,7 +295,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 0, "bound every wait (defaults: the VM answering SSH 5m, node Ready 5m, provider API 5m, a chart 10m, a provider 10m)")
 	if !plan {
 		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
-		cmd.Flags().BoolVar(&f.diff, "diff", false, "show unified diffs of files and manifests (secrets redacted)")
+		cmd.Flags().BoolVar(&f.diff, "diff", false, "show each change's effects and unified diffs of files and manifests (secrets redacted)")
 	}
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -75,6 +76,14 @@ type ForgetHostKey struct {
 	File, Addr string
 }
 
+// RememberHostKey records a host's key in a known_hosts file, replacing
+// what the file said about the address: the key a new VM presented on
+// first contact.
+type RememberHostKey struct {
+	File, Addr string
+	Key        ssh.PublicKey
+}
+
 // Apply server-side applies an object, with mgmtctl's field manager and
 // force (mgmtctl owns the fields it sets).
 type Apply struct {
@@ -108,6 +117,7 @@ func (Download) effect()        {}
 func (WriteLocal) effect()      {}
 func (RemoveLocal) effect()     {}
 func (ForgetHostKey) effect()   {}
+func (RememberHostKey) effect() {}
 func (Apply) effect()           {}
 func (Delete) effect()          {}
 func (TokenKubeconfig) effect() {}
@@ -151,6 +161,10 @@ func (e RemoveLocal) String() string {
 }
 
 func (e ForgetHostKey) String() string { return "remove " + e.Addr + " from " + e.File }
+
+func (e RememberHostKey) String() string {
+	return fmt.Sprintf("record %s's host key %s in %s", e.Addr, ssh.FingerprintSHA256(e.Key), e.File)
+}
 
 func (e Apply) String() string {
 	return "server-side apply " + objectName(e.Resource, types.NamespacedName{Namespace: e.Object.GetNamespace(), Name: e.Object.GetName()})

@@ -101,6 +101,8 @@ func (x *Executor) do(ctx context.Context, e Effect) (remote.Result, error) {
 		return remote.Result{}, removeLocal(e)
 	case ForgetHostKey:
 		return remote.Result{}, remote.ForgetHostKey(e.File, e.Addr)
+	case RememberHostKey:
+		return remote.Result{}, remote.RememberHostKey(e.File, e.Addr, e.Key)
 	case Apply:
 		return remote.Result{}, x.apply(ctx, e)
 	case Delete:

@@ -2,6 +2,7 @@ package effect_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -122,10 +124,19 @@ func TestHostEffects(t *testing.T) {
 
 // TestLaptopEffects: WriteLocal writes 0600 in a 0700 directory,
 // RemoveLocal removes a file, a tree, or nothing when absent, and
-// ForgetHostKey removes the address's entries only.
+// ForgetHostKey removes the address's entries only, RememberHostKey adds
+// one.
 func TestLaptopEffects(t *testing.T) {
 	dir := t.TempDir()
 	x := &effect.Executor{}
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := filepath.Join(dir, "new", "kubeconfig")
 	tree := filepath.Join(dir, "backup")
 	os.MkdirAll(filepath.Join(tree, "sub"), 0o700)
@@ -138,6 +149,7 @@ func TestLaptopEffects(t *testing.T) {
 		effect.RemoveLocal{Path: tree, Tree: true},
 		effect.RemoveLocal{Path: filepath.Join(dir, "absent")},
 		effect.ForgetHostKey{File: kh, Addr: "192.0.2.50:22"},
+		effect.RememberHostKey{File: kh, Addr: "192.0.2.70:22", Key: key},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +162,7 @@ func TestLaptopEffects(t *testing.T) {
 	if _, err := os.Stat(tree); !os.IsNotExist(err) {
 		t.Errorf("tree still there: %v", err)
 	}
-	if b, _ := os.ReadFile(kh); string(b) != "192.0.2.60 ssh-ed25519 AAAAother\n" {
+	if b, _ := os.ReadFile(kh); string(b) != "192.0.2.60 ssh-ed25519 AAAAother\n192.0.2.70 "+strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))+"\n" {
 		t.Errorf("known_hosts %q", b)
 	}
 	if _, err := x.Do(context.Background(), []effect.Effect{effect.RemoveLocal{Path: f}}); err != nil {

@@ -23,9 +23,9 @@ func (s *GuestAgent) ID() string { return "guest-agent" }
 func (s *GuestAgent) Host() string { return s.V.Name() }
 
 func (s *GuestAgent) state(ctx context.Context) (installed, active bool, err error) {
-	res, err := remote.Batch(ctx, s.V.ro(), false,
-		remote.Query("dpkg-query", "-W", "-f=${Status}", "qemu-guest-agent"),
-		remote.Query("systemctl", "is-active", "qemu-guest-agent"),
+	res, err := remote.Batch(ctx, s.V.Host, false,
+		remote.Look("dpkg-query", "-W", "-f=${Status}", "qemu-guest-agent"),
+		remote.Look("systemctl", "is-active", "qemu-guest-agent"),
 	)
 	if err != nil {
 		return false, false, fmt.Errorf("check qemu-guest-agent: %w", err)

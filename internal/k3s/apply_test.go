@@ -33,7 +33,7 @@ func TestApplyRunsThePlan(t *testing.T) {
 		{name: "guest-agent", step: func(v *VM) step.Step { return &GuestAgent{V: v} },
 			plan: []string{"on lab-mgmt: env DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-guest-agent (as root)", "on lab-mgmt: systemctl start qemu-guest-agent (as root)"},
 			want: []string{"run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-guest-agent", "run systemctl start qemu-guest-agent"}},
-		{name: "config", step: func(v *VM) step.Step { return &Config{V: v} },
+		{name: "config", step: func(v *VM) step.Step { return &Config{V: v} }, files: map[string][]byte{},
 			plan: []string{"on lab-mgmt: write /etc/rancher/k3s/config.yaml (161 bytes, 0600, root:root)"},
 			want: []string{"write /etc/rancher/k3s/config.yaml"}},
 		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} },

@@ -88,10 +88,10 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	if s.V.Installed != s.V.Spec.Version.String() {
 		return step.Plan{Skip: "the k3s installer (re)starts k3s with this config"}, nil
 	}
-	res, err := remote.Batch(ctx, s.V.ro(), true,
-		remote.Query("cat", "--", ConfigPath).AsRoot(),
-		remote.Query("stat", "-c", "%.9Y", "--", ConfigPath).AsRoot(),
-		remote.Query("systemctl", "show", "-p", "ActiveEnterTimestamp", "--value", "--timestamp=us+utc", "k3s").AsRoot())
+	res, err := remote.Batch(ctx, s.V.Host, true,
+		remote.Look("cat", "--", ConfigPath).AsRoot(),
+		remote.Look("stat", "-c", "%.9Y", "--", ConfigPath).AsRoot(),
+		remote.Look("systemctl", "show", "-p", "ActiveEnterTimestamp", "--value", "--timestamp=us+utc", "k3s").AsRoot())
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read when k3s started and config.yaml changed: %w", err)
 	}

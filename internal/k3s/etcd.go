@@ -14,7 +14,7 @@ import (
 // own VM, so the answer is its own etcd member's.
 type Member struct {
 	Name string
-	Dial func(ctx context.Context) (remote.Host, error)
+	Dial func(ctx context.Context) (remote.Reader, error)
 }
 
 // MemberHealth is one server's etcd member as its own API server sees it.

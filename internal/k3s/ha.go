@@ -68,7 +68,7 @@ func (s *ClusterToken) Check(ctx context.Context) (step.Plan, error) {
 	}
 	var token []byte
 	if first.Host != nil {
-		b, err := first.ro().ReadFile(ctx, ServerTokenPath, true)
+		b, err := first.Host.ReadFile(ctx, ServerTokenPath, true)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return step.Plan{}, fmt.Errorf("read the cluster token on %s: %w", first.Name(), err)
 		}

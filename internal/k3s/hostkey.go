@@ -18,8 +18,8 @@ import (
 // verified Proxmox connection. A mismatch means the first contact was not
 // with this VM: a hard failure.
 type HostKeyCheck struct {
-	Node   remote.Host // the Proxmox node, verified by known_hosts
-	Name   string      // the node's name
+	Node   remote.Reader // the Proxmox node, verified by known_hosts
+	Name   string        // the node's name
 	VMID   int
 	Pinned func() ssh.PublicKey
 }
@@ -39,7 +39,7 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Skip: "no VM connection yet"}, nil
 	}
 	vmid := strconv.Itoa(s.VMID)
-	res, err := remote.ReadOnly(s.Node).Run(ctx, remote.Query("qm", "guest", "exec", vmid, "--", "cat", remote.HostKeyFile(pinned.Type())).Allow(2, 255))
+	res, err := s.Node.Look(ctx, remote.Look("qm", "guest", "exec", vmid, "--", "cat", remote.HostKeyFile(pinned.Type())).Allow(2, 255))
 	if err != nil {
 		return step.Plan{}, err
 	}
@@ -68,8 +68,6 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{Note: "VM host key " + ssh.FingerprintSHA256(key) + " confirmed by the guest agent"}, nil
 }
 
-// Apply implements step.Step; Check never plans a change.
-func (s *HostKeyCheck) Apply(context.Context, step.Plan) error { return nil }
 
 // agentNotRunning reports whether qm guest said the VM's guest agent does
 // not answer yet (`QEMU guest agent is not running`, qemu-server

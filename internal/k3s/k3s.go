@@ -46,7 +46,7 @@ type Spec struct {
 // VM is the k3s phase's view of the VM, shared by its steps.
 type VM struct {
 	Spec Spec
-	Host remote.Host
+	Host remote.Reader
 	// Installed is the k3s version found on the VM ("" if none), as
 	// gathered before the phase's steps ran.
 	Installed string
@@ -65,7 +65,7 @@ func (v *VM) current(ctx context.Context, path string) ([]byte, step.Action, err
 	if v.Host == nil {
 		return nil, step.Create, nil
 	}
-	cur, err := v.ro().ReadFile(ctx, path, true)
+	cur, err := v.Host.ReadFile(ctx, path, true)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, step.Create, nil
 	}
@@ -108,8 +108,6 @@ func (v *VM) gate(ctx context.Context, p step.Plan) (step.Plan, error) {
 // Name is the VM as the recap shows it.
 func (v *VM) Name() string { return v.Spec.Name }
 
-func (v *VM) ro() remote.Host { return remote.ReadOnly(v.Host) }
-
 // config is config.yaml as it should be on this VM: what the config step
 // writes and the restart step compares.
 func (v *VM) config() []byte { return RenderConfig(v.Spec) }
@@ -120,9 +118,9 @@ func (v *VM) Gather(ctx context.Context) error {
 		v.Installed = ""
 		return nil
 	}
-	res, err := remote.Batch(ctx, v.ro(), false,
-		remote.Query("sh", "-c", "command -v k3s >/dev/null || exit 127; k3s --version"),
-		remote.Query("systemctl", "is-active", "k3s"))
+	res, err := remote.Batch(ctx, v.Host, false,
+		remote.Look("sh", "-c", "command -v k3s >/dev/null || exit 127; k3s --version"),
+		remote.Look("systemctl", "is-active", "k3s"))
 	if err != nil {
 		return fmt.Errorf("read the k3s version: %w", err)
 	}

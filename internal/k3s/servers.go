@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-
-	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
 // Which server founds the cluster and whom the others join are k3s's
@@ -19,7 +17,7 @@ import (
 func FirstServerJoins(ctx context.Context, vms []*VM) (bool, error) {
 	first := vms[0]
 	if first.Host != nil {
-		cur, err := remote.ReadOnly(first.Host).ReadFile(ctx, ConfigPath, true)
+		cur, err := first.Host.ReadFile(ctx, ConfigPath, true)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return false, err
 		}

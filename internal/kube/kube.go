@@ -104,8 +104,9 @@ type Cluster struct {
 
 // NewCluster builds both clients from k3s.yaml's bytes, dialling through
 // d. With dryRun, every write either client makes is a server-side dry run
-// (see DryRunTransport): the cluster of a check run or of `status`, where a
-// step that forgot its guard must not change anything.
+// (see DryRunTransport): the client steps read the cluster with, in every
+// mode, so no step's read can change anything; the run's Executor writes
+// through a client without it.
 //
 // wrap, when given, wraps the transport (outermost last): the caller's
 // view of a failed request, such as the SSH link it rode on being gone.

@@ -21,6 +21,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
+	"github.com/mgmtctl/mgmtctl/internal/laptop"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -29,7 +30,7 @@ import (
 // Build returns every phase in run order.
 func Build(s *Session) []step.Phase {
 	access := &clusterAccess{s: s}
-	s.cluster = access.api
+	s.cluster = access.write
 	return []step.Phase{
 		vmPhase(s),
 		k3sPhase(s, access),
@@ -48,15 +49,18 @@ func vmPhase(s *Session) step.Phase {
 	for _, srv := range s.Config.Servers() {
 		n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
 		nodes = append(nodes, n)
-		dial := func(ctx context.Context, wait bool) (remote.Host, error) {
+		dial := func(ctx context.Context, wait bool) (remote.Reader, error) {
 			return s.DialVM(ctx, srv, n.Created, wait, func(msg string) { step.Progress(ctx, msg) })
 		}
 		steps = append(steps,
 			&proxmox.Image{N: n},
-			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, Marker: s.newVMMarker(srv), MarkerContent: []byte(s.Holder + "\n")},
+			&proxmox.CreateVM{N: n, AuthorizedKey: s.Config.AuthorizedKey, Marker: s.newVMMarker(srv), MarkerContent: []byte(s.Holder + "\n"),
+				KnownHosts: s.VMKnownHosts(), Addr: s.VMTarget(srv).Addr},
 			&proxmox.GrowDisk{N: n},
 			&proxmox.StartVM{N: n})
-		waits = append(waits, &proxmox.Reachable{N: n, Dial: dial, Record: newVM{s, srv}, Timeout: s.WaitTimeout})
+		waits = append(waits, &proxmox.Reachable{N: n, Dial: dial, Record: newVM{s, srv}, Timeout: s.WaitTimeout},
+			&laptop.RecordHostKey{VM: srv.Name, File: s.VMKnownHosts(), Addr: s.VMTarget(srv).Addr, Marker: s.newVMMarker(srv),
+				Learned: func() ssh.PublicKey { return s.LearnedVMKey(srv) }})
 	}
 	return step.Phase{
 		Tag: step.TagVM,
@@ -188,14 +192,18 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 }
 
 // clusterAccess reaches the cluster's API through the VM, once per run: the
-// one way every phase (and status) reaches it. In check mode the cluster's
-// clients make every write a server-side dry run.
+// one way every phase (and status) reaches it. The steps' client makes
+// every write a server-side dry run, in every mode; only the Executor's
+// writes.
 type clusterAccess struct {
 	s       *Session
 	done    bool
 	k3sYAML []byte
-	cluster *kube.Cluster
-	vm      remote.Host
+	// cluster is the steps' client: every write it makes is a server-side
+	// dry run, in every mode, so a step's read can never change the
+	// cluster. writer, the run's Executor's, is built on first use.
+	cluster, writer *kube.Cluster
+	vm              remote.Reader
 }
 
 // connect reads k3s.yaml over SSH (kept in memory only) and builds a client
@@ -224,7 +232,7 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.s.Redact != nil {
 		a.s.Redact(kubeconfig.Secrets(kc)...)
 	}
-	cl, err := kube.NewCluster(kc, h.DialContext, a.s.ReadOnly, a.s.linkAware(h.Name()))
+	cl, err := kube.NewCluster(kc, h.DialContext, true, a.s.linkAware(h.Name()))
 	if err != nil {
 		return err
 	}
@@ -232,13 +240,34 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	return nil
 }
 
+// write is the Executor's client of the cluster: the only one whose
+// writes persist, over the same VM's connection; none in a read-only
+// session.
+func (a *clusterAccess) write(ctx context.Context) (*kube.Cluster, error) {
+	if a.s.ReadOnly {
+		return nil, errors.New("a read-only run does not write to the cluster")
+	}
+	if err := a.connect(ctx); err != nil || a.writer != nil {
+		return a.writer, err
+	}
+	if a.vm == nil || a.k3sYAML == nil {
+		return nil, nil
+	}
+	cl, err := kube.NewCluster(a.k3sYAML, a.vm.DialContext, false, a.s.linkAware(a.vm.Name()))
+	if err != nil {
+		return nil, err
+	}
+	a.writer = cl
+	return cl, nil
+}
+
 // dial reaches the first server whose VM answers and has k3s's
 // kubeconfig, and returns that kubeconfig (kept in memory only): with
 // several servers, the cluster stays reachable while one is down. When
 // VMs answer but none has k3s.yaml yet, it returns the first with none.
 // A host key error is never passed over.
-func (a *clusterAccess) dial(ctx context.Context) (remote.Host, []byte, error) {
-	var first remote.Host
+func (a *clusterAccess) dial(ctx context.Context) (remote.Reader, []byte, error) {
+	var first remote.Reader
 	var unreachable error
 	for _, srv := range a.s.Config.Servers() {
 		h, err := a.s.DialVM(ctx, srv, false, false, nil)
@@ -282,7 +311,7 @@ func (a *clusterAccess) etcdHealth(ctx context.Context, members []string) ([]k3s
 		if !slices.Contains(members, srv.Name) {
 			continue
 		}
-		ms = append(ms, k3s.Member{Name: srv.Name, Dial: func(ctx context.Context) (remote.Host, error) {
+		ms = append(ms, k3s.Member{Name: srv.Name, Dial: func(ctx context.Context) (remote.Reader, error) {
 			return a.s.DialVM(ctx, srv, false, false, nil)
 		}})
 	}

@@ -32,11 +32,12 @@ import (
 type Session struct {
 	Config *config.Loaded
 	// ReadOnly makes a session that cannot change anything (check mode,
-	// status): hosts behind the read-only gate and unlocked, a dry-run
-	// cluster client, no host key learned; and a VM or kubeconfig that
-	// does not exist yet is a state to report, not an error. Which steps
-	// run and whether to apply is the engine's business, not the
-	// session's.
+	// status): no Executor, hosts unlocked, no cluster client that
+	// writes, and an earlier VM's key at a new VM's address not consulted;
+	// a VM or kubeconfig that does not exist yet is a state to report, not
+	// an error. In every session the phases get hosts as Readers and a
+	// cluster client whose writes are dry runs. Which steps run and whether
+	// to apply is the engine's business, not the session's.
 	ReadOnly bool
 	Dialer   *remote.Dialer
 	// Holder names this run in the host lock ("user@laptop pid 123").
@@ -45,9 +46,6 @@ type Session struct {
 	// AcceptNewHostKey lets the VM's host key be learned although this run
 	// did not create the VM (--accept-new-host-key).
 	AcceptNewHostKey bool
-	// forgotVMKey records, by address, the VMs whose stale host key this
-	// run already dropped.
-	forgotVMKey map[string]bool
 	// WaitTimeout bounds every wait (the VM answering SSH, the node
 	// Ready, a chart usable, the provider API, a provider Ready); zero
 	// keeps each wait's default.
@@ -151,15 +149,15 @@ func withPort(host string) string {
 	return net.JoinHostPort(host, "22")
 }
 
-// Host returns the connection to t, opening it on first use. A run that
-// may change the host takes its lock first; in check mode the host comes
-// behind the read-only gate and is not locked.
-func (s *Session) Host(ctx context.Context, t remote.Target) (remote.Host, error) {
+// Host returns the connection to t as a Reader, opening it on first use.
+// A run that may change the host takes its lock first; a check run does
+// not lock.
+func (s *Session) Host(ctx context.Context, t remote.Target) (remote.Reader, error) {
 	h, _, err := s.hostWith(ctx, s.Dialer, s.Dialer.Retry, t)
 	return h, err
 }
 
-func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, first remote.Retry, t remote.Target) (remote.Host, *remote.Conn, error) {
+func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, first remote.Retry, t remote.Target) (remote.Reader, *remote.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {
@@ -182,19 +180,30 @@ func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, first remote.R
 		}
 		s.conns[t.Addr] = hc
 	}
-	if s.ReadOnly {
-		return remote.ReadOnly(hc.conn), hc.conn, nil
-	}
-	return hc.conn, hc.conn, nil
+	// The phases and their steps only ever read a host: what they hand
+	// out is its Reader, with nothing behind it to assert a Host from. The
+	// run's Executor alone holds the connection as a Host (byName).
+	return remote.ReadOnly(hc.conn), hc.conn, nil
 }
 
 // VMHostKey is the verified host key srv's VM presented, or nil before
 // mgmtctl has connected to it.
 func (s *Session) VMHostKey(srv config.Server) ssh.PublicKey {
+	return s.vmKey(srv, (*remote.Conn).HostKey)
+}
+
+// LearnedVMKey is the host key srv's VM presented on first contact in this
+// run, nil when the run has not reached it or knew its key already.
+func (s *Session) LearnedVMKey(srv config.Server) ssh.PublicKey {
+	return s.vmKey(srv, (*remote.Conn).LearnedHostKey)
+}
+
+// vmKey is key of the connection to srv's VM, nil without one.
+func (s *Session) vmKey(srv config.Server, key func(*remote.Conn) ssh.PublicKey) ssh.PublicKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if hc, ok := s.conns[s.VMTarget(srv).Addr]; ok {
-		return hc.conn.HostKey()
+		return key(hc.conn)
 	}
 	return nil
 }
@@ -256,25 +265,20 @@ func (s *Session) VMTarget(srv config.Server) remote.Target {
 	}
 }
 
-// DialVM connects to srv's VM. Its host key is learned on first contact only
-// when this run created the VM (replacing the old VM's entry) or the user
-// said --accept-new-host-key; otherwise it must match what was learned
-// before. With wait, it keeps trying until the VM answers or ctx ends.
-func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait bool, progress func(string)) (remote.Host, error) {
+// DialVM connects to srv's VM. Its host key is accepted on first contact
+// only when mgmtctl created the VM and has not reached it yet (the create
+// plan forgot an earlier VM's entry) or the user said
+// --accept-new-host-key; otherwise it must match what was recorded
+// before. DialVM writes nothing: the vm phase's record-host-key step
+// records a key accepted here. With wait, it keeps trying until the VM
+// answers or ctx ends.
+func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait bool, progress func(string)) (remote.Reader, error) {
 	t := s.VMTarget(srv)
 	created = created || s.VMNeverReached(srv)
 	if created && s.ReadOnly {
 		// plan and status look and write nothing: the entry a run would
 		// forget (an earlier VM's key at this address) is not consulted.
 		t.KnownHosts = slices.DeleteFunc(slices.Clone(t.KnownHosts), func(f string) bool { return f == s.VMKnownHosts() })
-	} else if created && !s.forgotVMKey[t.Addr] {
-		if err := remote.ForgetHostKey(s.VMKnownHosts(), t.Addr); err != nil {
-			return nil, fmt.Errorf("update %s: %w", s.VMKnownHosts(), err)
-		}
-		if s.forgotVMKey == nil {
-			s.forgotVMKey = map[string]bool{}
-		}
-		s.forgotVMKey[t.Addr] = true
 	}
 	t.AcceptNewHostKey = created || s.AcceptNewHostKey
 	// Short attempts: a SYN lost while the guest boots is resent by a new
@@ -304,14 +308,8 @@ func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait b
 		}
 		return nil, err
 	}
-	if key := conn.LearnedHostKey(); key != nil && !s.ReadOnly {
-		if err := remote.RememberHostKey(s.VMKnownHosts(), t.Addr, key); err != nil {
-			return nil, fmt.Errorf("record the VM's host key in %s: %w", s.VMKnownHosts(), err)
-		}
-		if s.Log != nil {
-			s.Log.Info("learned VM host key", "addr", t.Addr, "fingerprint", ssh.FingerprintSHA256(key))
-		}
-		_ = os.Remove(s.newVMMarker(srv))
+	if key := conn.LearnedHostKey(); key != nil && s.Log != nil {
+		s.Log.Info("accepted VM host key on first contact", "addr", t.Addr, "fingerprint", ssh.FingerprintSHA256(key))
 	}
 	return h, nil
 }

@@ -101,7 +101,7 @@ func (r *record) RecordGaveUp() error { r.gaveUp = true; return nil }
 // created and never reached.
 func hungVM(n *Node) *Reachable {
 	return &Reachable{N: n, Record: &record{never: true}, Timeout: time.Minute,
-		Dial: func(ctx context.Context, wait bool) (remote.Host, error) {
+		Dial: func(ctx context.Context, wait bool) (remote.Reader, error) {
 			return nil, &remote.UnreachableError{Host: "vm", Addr: "192.0.2.50:22", Attempts: 1, Err: errors.New("no route to host")}
 		}}
 }
@@ -110,7 +110,7 @@ func hungVM(n *Node) *Reachable {
 // made it, never reached it, it has run past the bound and still does not
 // answer; a VM that answered once is never reset (it may hold the cluster).
 func TestResetOnlyAVMThatNeverBooted(t *testing.T) {
-	answers := func(ctx context.Context, wait bool) (remote.Host, error) {
+	answers := func(ctx context.Context, wait bool) (remote.Reader, error) {
 		return &remotetest.Host{HostName: "vm"}, nil
 	}
 	for _, tc := range []struct {
@@ -156,7 +156,7 @@ func TestResetOnlyAVMThatNeverBooted(t *testing.T) {
 func TestWaitSSHAtItsBound(t *testing.T) {
 	n := &Node{Spec: spec(), Host: &remotetest.Host{HostName: "pve"}}
 	s := hungVM(n)
-	s.Dial = func(ctx context.Context, wait bool) (remote.Host, error) {
+	s.Dial = func(ctx context.Context, wait bool) (remote.Reader, error) {
 		<-ctx.Done()
 		return nil, &remote.UnreachableError{Host: "vm", Addr: "192.0.2.50:22", Attempts: 9, Err: errors.New("connect: no route to host")}
 	}
@@ -236,16 +236,21 @@ func TestCreateVMRecordsThePlannedMarker(t *testing.T) {
 				}
 			}
 			marker := filepath.Join(t.TempDir(), "mgmtctl", "new-vm-110")
-			s := &CreateVM{N: &Node{Spec: spec(), Host: h}, AuthorizedKey: "ssh-ed25519 AAAA laptop", Marker: marker, MarkerContent: []byte("u@laptop pid 1\n")}
+			// An earlier VM's key at the address: the new VM's replaces it.
+			kh := filepath.Join(t.TempDir(), "known_hosts")
+			os.WriteFile(kh, []byte("192.0.2.50 ssh-ed25519 AAAAold\n192.0.2.60 ssh-ed25519 AAAAother\n"), 0o600)
+			s := &CreateVM{N: &Node{Spec: spec(), Host: h}, AuthorizedKey: "ssh-ed25519 AAAA laptop", Marker: marker, MarkerContent: []byte("u@laptop pid 1\n"),
+				KnownHosts: kh, Addr: "192.0.2.50:22"}
 			p, err := s.Check(context.Background())
 			if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "record it as new in "+marker) ||
 				!strings.Contains(p.Changes[0].Diff.After, "rm -f -- /root/.mgmtctl-sshkeys-110.pub") {
 				t.Fatalf("plan: %+v %v", p, err)
 			}
 			create, _ := shell.Join(s.CreateArgs()...)
-			// Strict: the marker first, then the key file, qm create and
-			// the key file's removal, each once, and nothing else.
-			want := []string{"write " + marker + " (15 bytes, 0600)", "on pve: write /root/.mgmtctl-sshkeys-110.pub (24 bytes, 0600)",
+			// Strict: the marker first, the earlier key forgotten, then
+			// the key file, qm create and the key file's removal, each
+			// once, and nothing else.
+			want := []string{"write " + marker + " (15 bytes, 0600)", "remove 192.0.2.50:22 from " + kh, "on pve: write /root/.mgmtctl-sshkeys-110.pub (24 bytes, 0600)",
 				"on pve: " + create, "on pve: rm -f -- /root/.mgmtctl-sshkeys-110.pub (whatever happened before)"}
 			if got := steptest.Effects(p); !reflect.DeepEqual(got, want) {
 				t.Errorf("plan:\n%q\nwant\n%q", got, want)
@@ -256,6 +261,9 @@ func TestCreateVMRecordsThePlannedMarker(t *testing.T) {
 			}
 			if b, err := os.ReadFile(marker); err != nil || string(b) != "u@laptop pid 1\n" {
 				t.Errorf("marker: %q %v", b, err)
+			}
+			if b, _ := os.ReadFile(kh); string(b) != "192.0.2.60 ssh-ed25519 AAAAother\n" {
+				t.Errorf("known_hosts: %q", b)
 			}
 			if got, want := h.Effects(), []string{"write /root/.mgmtctl-sshkeys-110.pub", "run " + create, "run rm -f -- /root/.mgmtctl-sshkeys-110.pub"}; !reflect.DeepEqual(got, want) {
 				t.Errorf("on the node:\n%q\nwant\n%q", got, want)

@@ -55,7 +55,7 @@ type Spec struct {
 // the vm phase's steps.
 type Node struct {
 	Spec  Spec
-	Host  remote.Host
+	Host  remote.Reader
 	Facts Facts
 	// Created is set when this run created the VM: its SSH host key may
 	// then be learned on first contact.
@@ -80,17 +80,16 @@ func (n *Node) ImagePath() string {
 }
 
 // ro is the node behind the read-only gate, for Check.
-func (n *Node) ro() remote.Host { return remote.ReadOnly(n.Host) }
 
 // run is the effect of running c on the node.
 func (n *Node) run(c remote.Cmd) effect.Run { return effect.Run{Host: n.Name(), Cmd: c} }
 
 // Gather reads every fact in one round trip.
 func (n *Node) Gather(ctx context.Context) error {
-	res, err := remote.Batch(ctx, n.ro(), false,
-		remote.Query("qm", "config", n.VMID()),
-		remote.Query("qm", "status", n.VMID(), "--verbose"),
-		remote.Query("sha256sum", "--", n.ImagePath()),
+	res, err := remote.Batch(ctx, n.Host, false,
+		remote.Look("qm", "config", n.VMID()),
+		remote.Look("qm", "status", n.VMID(), "--verbose"),
+		remote.Look("sha256sum", "--", n.ImagePath()),
 	)
 	if err != nil {
 		return fmt.Errorf("gather facts: %w", err)

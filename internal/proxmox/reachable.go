@@ -20,7 +20,7 @@ const BootTimeout = 5 * time.Minute
 
 // VMDialer connects to the VM. wait keeps trying (with bounded backoff)
 // until the VM answers or ctx ends; without it one attempt is made.
-type VMDialer func(ctx context.Context, wait bool) (remote.Host, error)
+type VMDialer func(ctx context.Context, wait bool) (remote.Reader, error)
 
 // Reachable waits until the VM answers SSH with its user's key and
 // cloud-init is done: cloud-init still holding apt would break the k3s
@@ -124,7 +124,7 @@ func (s *Reachable) Observe(ctx context.Context) (bool, string, error) {
 	case err != nil:
 		return false, "not answering yet", nil
 	}
-	res, err := remote.ReadOnly(h).Run(ctx, remote.Query("cloud-init", "status"))
+	res, err := h.Look(ctx, remote.Look("cloud-init", "status"))
 	if err != nil {
 		return false, "", fmt.Errorf("cloud-init status: %w", err)
 	}
@@ -157,7 +157,7 @@ func (s *Reachable) Wait(ctx context.Context) error {
 		return err
 	}
 	step.Progress(ctx, "waiting for cloud-init to finish")
-	res, err := h.Run(ctx, remote.Query("cloud-init", "status", "--wait"))
+	res, err := h.Look(ctx, remote.Look("cloud-init", "status", "--wait"))
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return step.Timeout(s.Bound(), ctx.Err(), "cloud-init on VM %s still running after %s: read /var/log/cloud-init.log on the VM (or its console: qm terminal %s on %s)",
 			s.N.VMID(), s.Bound(), s.N.VMID(), s.N.Name())

@@ -24,6 +24,10 @@ type CreateVM struct {
 	// what it says (which run created the VM).
 	Marker        string
 	MarkerContent []byte
+	// KnownHosts is the laptop's known_hosts file for the VMs and Addr
+	// the VM's SSH address: an entry there is an earlier VM's key, which
+	// the new VM's first contact replaces, so the plan forgets it.
+	KnownHosts, Addr string
 }
 
 var _ step.Finisher = (*CreateVM)(nil)
@@ -80,6 +84,16 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 		if s.Marker != "" {
 			effects = append(effects, effect.WriteLocal{Path: s.Marker, Content: s.MarkerContent})
 		}
+		stale := false
+		if s.KnownHosts != "" {
+			var err error
+			if stale, err = remote.KnowsHost(s.KnownHosts, s.Addr); err != nil {
+				return step.Plan{}, err
+			}
+		}
+		if stale {
+			effects = append(effects, effect.ForgetHostKey{File: s.KnownHosts, Addr: s.Addr})
+		}
 		effects = append(effects, effect.Write{Host: n.Name(), File: keys}, n.run(create), effect.Run{Host: n.Name(), Cmd: cleanup, Always: true})
 		var lines []string
 		for _, cmd := range []remote.Cmd{create, cleanup} {
@@ -92,6 +106,9 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 		summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImagePath())
 		if s.Marker != "" {
 			summary += "; record it as new in " + s.Marker
+		}
+		if stale {
+			summary += "; forget the host key an earlier VM left at " + s.Addr
 		}
 		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create, Summary: summary,
 			Diff: &step.Diff{Path: "qm create", After: "# " + keys.Path + ": the user's public key (0600)\n" + strings.Join(lines, "\n") + "\n"}, Effects: effects}}}, nil

@@ -19,7 +19,11 @@ import (
 // each take a few hundred milliseconds to start. Each command's stdout and
 // exit code are framed by a random marker that its output cannot forge;
 // stderr is kept per command too.
-func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, error) {
+func Batch(ctx context.Context, r Looker, sudo bool, queries ...Query) ([]Result, error) {
+	cmds := make([]Cmd, len(queries))
+	for i, q := range queries {
+		cmds[i] = q.c
+	}
 	var raw [8]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, err
@@ -31,9 +35,6 @@ func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, err
 	// own marker so the streams stay attributable without interleaving.
 	script.WriteString("d=$(mktemp -d) || exit 70\n")
 	for i, c := range cmds {
-		if !c.ReadOnly {
-			return nil, fmt.Errorf("batch: %s is not read-only", c.String())
-		}
 		if c.Sudo != sudo {
 			return nil, fmt.Errorf("batch: %s differs in sudo from the batch", c.String())
 		}
@@ -48,7 +49,7 @@ func Batch(ctx context.Context, r Runner, sudo bool, cmds ...Cmd) ([]Result, err
 		fmt.Fprintf(&script, "cat -- \"$d/%d\"; printf '\\n%s %d %%s\\n' \"$(cat -- \"$d/%d.rc\")\"; cat -- \"$d/%d.err\"; printf '\\n%s-err %d\\n'\n", i, marker, i, i, i, marker, i)
 	}
 	script.WriteString("rm -rf -- \"$d\"\n")
-	res, err := r.Run(ctx, Cmd{Args: []string{"sh", "-c", script.String()}, Sudo: sudo, ReadOnly: true, Name: "gather facts"})
+	res, err := r.Look(ctx, Query{Cmd{Args: []string{"sh", "-c", script.String()}, Sudo: sudo, ReadOnly: true, Name: "gather facts"}})
 	if err != nil {
 		return nil, err
 	}

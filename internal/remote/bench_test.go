@@ -13,7 +13,7 @@ import (
 // real sshd.
 func BenchmarkFacts(b *testing.B) {
 	c := benchConn(b)
-	cmds := []remote.Cmd{remote.Query("uname", "-r"), remote.Query("cat", "/etc/hostname"), remote.Query("id", "-u")}
+	cmds := []remote.Query{remote.Look("uname", "-r"), remote.Look("cat", "/etc/hostname"), remote.Look("id", "-u")}
 	ctx := context.Background()
 	b.Run("batch", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
@@ -25,7 +25,7 @@ func BenchmarkFacts(b *testing.B) {
 	b.Run("one-by-one", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			for _, cmd := range cmds {
-				if _, err := c.Run(ctx, cmd); err != nil {
+				if _, err := c.Look(ctx, cmd); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -128,9 +128,6 @@ func (e *LockedError) Error() string {
 	return fmt.Sprintf("%s is locked by another mgmtctl run (%s, lock %s); wait for it to finish", e.Host, e.Holder, e.Path)
 }
 
-// ErrReadOnly is returned by the check-mode gate for a mutating call.
-var ErrReadOnly = errors.New("refused in check mode: the command may change the host")
-
 // IsUnreachable reports whether err means the host could not be reached or
 // refused us (connection, host key or login), as opposed to a command
 // failing on it.

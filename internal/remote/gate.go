@@ -2,35 +2,26 @@ package remote
 
 import (
 	"context"
-	"fmt"
 	"net"
 )
 
-// ReadOnly wraps h so that only read-only commands and reads pass. Steps'
-// Check gets this view in every run, and in check mode so does everything
-// else: a mutating call that slipped through a missing guard fails loudly
-// instead of changing the lab.
-func ReadOnly(h Host) Host { return gate{h} }
+// ReadOnly is h seen as a Reader only: queries, reads and dials pass, and
+// nothing else is there to call. Steps hold these; in check mode and
+// status the session hands out nothing else.
+func ReadOnly(h Host) Reader { return gate{h} }
 
 type gate struct{ h Host }
 
-var _ Host = gate{}
+var _ Reader = gate{}
 
 func (g gate) Name() string { return g.h.Name() }
 
-func (g gate) Run(ctx context.Context, c Cmd) (Result, error) {
-	if !c.ReadOnly {
-		return Result{}, fmt.Errorf("%s: %w", c.String(), ErrReadOnly)
-	}
-	return g.h.Run(ctx, c)
+func (g gate) Look(ctx context.Context, q Query) (Result, error) {
+	return g.h.Look(ctx, q)
 }
 
 func (g gate) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error) {
 	return ReadFile(ctx, g, path, sudo)
-}
-
-func (g gate) WriteFile(ctx context.Context, f File) (bool, error) {
-	return false, fmt.Errorf("write %s: %w", f.Path, ErrReadOnly)
 }
 
 // DialContext passes: reading the Kubernetes API needs a connection, and

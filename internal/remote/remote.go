@@ -1,7 +1,7 @@
 // Package remote runs commands on hosts over SSH: one connection per host
 // per run, many sessions over it, sudo for non-root users, atomic file
-// writes, a per-host run lock, and a read-only gate that makes check mode
-// unable to mutate a host by accident.
+// writes, a per-host run lock, and Readers: a host seen through what only
+// reads it, which is all the steps hold.
 //
 // Every command is built as argv and turned into shell text by package
 // shell, in one place (Cmd.line).
@@ -27,9 +27,9 @@ type Cmd struct {
 	Stdin []byte
 	// Sudo runs the command as root (via sudo -n for a non-root user).
 	Sudo bool
-	// ReadOnly declares that the command changes nothing on the host. Only
-	// read-only commands pass the check-mode gate, and only they are retried
-	// after a dropped connection or cancelled mid-flight.
+	// ReadOnly declares that the command changes nothing on the host (a
+	// Query's are): only read-only commands are retried after a dropped
+	// connection or cancelled mid-flight.
 	ReadOnly bool
 	// OKCodes are exit codes other than 0 that are results, not failures
 	// (for example 1 from grep, or a code a script uses to say "absent").
@@ -40,8 +40,34 @@ type Cmd struct {
 	Name string
 }
 
-// Query returns a read-only command.
-func Query(args ...string) Cmd { return Cmd{Args: args, ReadOnly: true} }
+// Query is a command declared to change nothing on its host: the one kind
+// a Reader runs. It is a type of its own, so code that holds only a Reader
+// (a step's Check) cannot hand it a command that writes: that does not
+// compile.
+type Query struct{ c Cmd }
+
+// Look returns a read-only command.
+func Look(args ...string) Query { return Query{Cmd{Args: args, ReadOnly: true}} }
+
+// LookScript returns a read-only command running a fixed sh script with
+// args as $1..., as Script does.
+func LookScript(name, script string, args ...string) Query {
+	c := Script(name, script, args...)
+	c.ReadOnly = true
+	return Query{c}
+}
+
+// Cmd is the query as a command, for a Runner.
+func (q Query) Cmd() Cmd { return q.c }
+
+// AsRoot returns q run with sudo.
+func (q Query) AsRoot() Query { q.c.Sudo = true; return q }
+
+// Allow returns q with more exit codes accepted as results.
+func (q Query) Allow(codes ...int) Query { q.c = q.c.Allow(codes...); return q }
+
+// String is the query's command line.
+func (q Query) String() string { return q.c.String() }
 
 // Command returns a command that may change the host.
 func Command(args ...string) Cmd { return Cmd{Args: args} }
@@ -54,9 +80,6 @@ func Script(name, script string, args ...string) Cmd {
 
 // AsRoot returns c run with sudo.
 func (c Cmd) AsRoot() Cmd { c.Sudo = true; return c }
-
-// AsQuery returns c marked read-only.
-func (c Cmd) AsQuery() Cmd { c.ReadOnly = true; return c }
 
 // WithStdin returns c fed with data.
 func (c Cmd) WithStdin(data []byte) Cmd { c.Stdin = data; return c }
@@ -119,14 +142,28 @@ type Runner interface {
 	Run(ctx context.Context, c Cmd) (Result, error)
 }
 
-// Host is a connected machine: it runs commands, reads and writes files,
-// and dials addresses from its side (for the Kubernetes API on the VM).
-type Host interface {
-	Runner
+// Looker runs queries on one host.
+type Looker interface {
+	Look(ctx context.Context, q Query) (Result, error)
+}
+
+// Reader is a connected machine seen through what only reads it: queries,
+// file reads, and connections dialled from its side (for the Kubernetes
+// API on the VM). It has no method that writes: steps hold Readers, and
+// the effect.Executor alone holds the Hosts behind them.
+type Reader interface {
+	Looker
 	Name() string
 	ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error)
-	WriteFile(ctx context.Context, f File) (changed bool, err error)
 	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Host is a connected machine: a Reader that also runs commands and
+// writes files.
+type Host interface {
+	Reader
+	Runner
+	WriteFile(ctx context.Context, f File) (changed bool, err error)
 }
 
 // File is a file to be written atomically.
@@ -147,10 +184,10 @@ const readScript = `if [ -e "$1" ]; then exec cat -- "$1"; fi; exit 44`
 const exitAbsent = 44
 
 // ReadFile reads path on h with cat; a missing file is fs.ErrNotExist.
-func ReadFile(ctx context.Context, r Runner, path string, sudo bool) ([]byte, error) {
-	c := Script("read "+path, readScript, path).AsQuery().Allow(exitAbsent)
-	c.Sudo = sudo
-	res, err := r.Run(ctx, c)
+func ReadFile(ctx context.Context, r Looker, path string, sudo bool) ([]byte, error) {
+	q := LookScript("read "+path, readScript, path).Allow(exitAbsent)
+	q.c.Sudo = sudo
+	res, err := r.Look(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}

@@ -518,6 +518,9 @@ func (c *Conn) run(ctx context.Context, cmd Cmd) (Result, error) {
 	return res, nil
 }
 
+// Look implements Reader.
+func (c *Conn) Look(ctx context.Context, q Query) (Result, error) { return c.Run(ctx, q.c) }
+
 // ReadFile implements Host.
 func (c *Conn) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error) {
 	return ReadFile(ctx, c, path, sudo)

@@ -111,12 +111,13 @@ func (p Plan) Empty() bool { return len(p.Changes) == 0 }
 // the plan; the engine carries out the plan's effects, exactly, through
 // the run's Executor. A step has no way of its own to apply a plan.
 //
-// Check must not mutate anything. What keeps it to reading is, for now,
-// each step's own discipline and its tests: a step holds read-write hosts
-// and clusters, and reads through remote.ReadOnly where it opts in; only a
-// check-mode or status session hands every step hosts behind that
-// read-only gate. Read-only capabilities handed to Check in every mode
-// are issue #29's.
+// Check must not mutate anything, and a step has nothing to mutate with:
+// the hosts it holds are remote.Readers (no method writes; a Check that
+// calls Run or WriteFile does not compile), and the cluster client it
+// holds makes every write a server-side dry run, in every mode. The
+// Executor alone holds what writes. A type for the cluster that has no
+// method that writes is issue #29's still: for now that guarantee is the
+// client's transport, not the compiler.
 type Step interface {
 	// ID is stable kebab-case, unique within its phase; it is what logs,
 	// JSON events and tests refer to.
@@ -166,7 +167,8 @@ type Executor interface {
 // node Ready, a chart usable, a provider Ready. The engine drives it, so
 // no step knows the run's mode: in check mode and in status it observes
 // once, and a state not reached yet is reported as a pending wait; in a
-// run that may change things it waits, after Apply when there was a plan.
+// run that may change things it waits, after its plan is carried out when
+// there was one.
 // Waiting is not a change: a step with an empty plan is ok once its wait
 // ends.
 type Waiter interface {

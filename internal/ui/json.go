@@ -31,6 +31,8 @@ type jsonChange struct {
 	Action  step.Action `json:"action"`
 	Summary string      `json:"summary"`
 	Diff    *step.Diff  `json:"diff,omitempty"`
+	// Effects are what carrying the change out does, with the diff.
+	Effects []string `json:"effects,omitempty"`
 }
 
 type jsonEvent struct {
@@ -83,6 +85,11 @@ func (j *JSON) Event(e engine.Event) {
 			jc := jsonChange{Target: s(c.Target), Action: c.Action, Summary: s(c.Summary)}
 			if j.diff && c.Diff != nil {
 				jc.Diff = &step.Diff{Path: c.Diff.Path, Before: s(c.Diff.Before), After: s(c.Diff.After)}
+			}
+			if j.diff {
+				for _, ef := range c.Effects {
+					jc.Effects = append(jc.Effects, s(ef.String()))
+				}
 			}
 			out.Changes = append(out.Changes, jc)
 		}

@@ -19,7 +19,7 @@ import (
 
 // TextOptions shape the human view.
 type TextOptions struct {
-	Diff    bool // print unified diffs of changed files and manifests
+	Diff    bool // print each change's effects, and unified diffs of changed files and manifests
 	Verbose bool // print ok steps' notes and progress lines
 	// Terminal enables the live spinner: the output is a TTY. Otherwise a
 	// running step gets a line saying it still runs every Heartbeat (zero:
@@ -118,6 +118,9 @@ func (t *Text) stepEnd(e engine.Event) {
 	}
 	if t.o.Diff {
 		for _, c := range e.Changes {
+			for _, ef := range c.Effects {
+				t.printf("    effect: %s\n", ef.String())
+			}
 			if c.Diff == nil {
 				continue
 			}

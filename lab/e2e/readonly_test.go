@@ -114,11 +114,10 @@ func (e *env) readOnlyRuns(t *testing.T, what string, wantPlan, wantStatus int) 
 	}
 }
 
-// TestPlanAndStatusWriteNothing: plan and status leave every file of the
-// laptop, the node and the VM byte for byte as they found it, on a
-// converged lab, a degraded one, and one whose VM was re-created and never
-// reached (mgmtctl's known_hosts still holds the old VM's key, which a run
-// would forget).
+// TestPlanAndStatusWriteNothing: plan and status exit as the README's
+// table says, and leave every file of the laptop, the node and the VM byte
+// for byte as they found it, on a converged lab, a degraded one, one whose
+// VM was re-created and never reached, and one whose VM never booted.
 func TestPlanAndStatusWriteNothing(t *testing.T) {
 	e := start(t)
 	mustSucceed(t, e.apply(), "apply")
@@ -134,16 +133,33 @@ func TestPlanAndStatusWriteNothing(t *testing.T) {
 	e.readOnlyRuns(t, "k3s stopped", 1, 1)
 
 	// The VM destroyed by hand, and a run that re-creates it killed right
-	// after qm create: mgmtctl's record says the VM is new, and its
-	// known_hosts still holds the old VM's key, which a run would forget.
+	// after qm create: mgmtctl's record says the VM is new, and the
+	// create plan forgot the old VM's key before qm create ran.
 	if r := e.PVE("qm stop 110 && qm destroy 110"); r.Code != 0 {
 		t.Fatalf("qm destroy: %+v", r)
 	}
 	e.killWhen("vm", filepath.Join(e.Pmxcfs(), "nodes/pve/qemu-server/110.conf"), "qm create")
 	kh, _ := os.ReadFile(filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"))
-	if !strings.Contains(string(kh), lab.VMAddr) {
-		t.Fatalf("the old VM's key is not in mgmtctl's known_hosts:\n%s", kh)
+	if strings.Contains(string(kh), lab.VMAddr) {
+		t.Fatalf("the old VM's key is still in mgmtctl's known_hosts:\n%s", kh)
 	}
-	// A VM that never booted: its start pending (3), unhealthy (1).
+	// A VM created and not started: its start pending (3), unhealthy (1).
 	e.readOnlyRuns(t, "VM re-created, never reached", 3, 1)
+
+	// A VM that never booted: started, its guest silent, and an apply
+	// that waited for it to the end of its bound (exit 4) and recorded
+	// that in mgmtctl's record of the new VM. plan and status see the reset
+	// the next apply makes: pending (3), not as configured (1); and they
+	// write nothing, that record included.
+	if err := e.SetFault("fail-boot", "", true); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.apply("--tags", "vm", "--wait-timeout", "20s"); r.Code != 4 || !strings.Contains(r.Stdout, "failed: [lab-mgmt] vm/wait-ssh") {
+		t.Fatalf("apply on a VM that never boots: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	r := e.mgmtctl("plan")
+	if !strings.Contains(r.Stdout, "vm/wait-ssh: reset VM 110: up ") {
+		t.Errorf("plan does not show the reset:\n%s", r.Stdout)
+	}
+	e.readOnlyRuns(t, "VM never booted", 3, 1)
 }

@@ -29,9 +29,9 @@ func TestVMPhaseConverges(t *testing.T) {
 
 	r = e.apply("--tags", "vm")
 	mustSucceed(t, r, "first apply")
-	// image, create-vm, grow-disk, start-vm; wait-ssh waited, which is
+	// image, create-vm, grow-disk, start-vm, record-host-key; wait-ssh waited, which is
 	// not a change.
-	if got := recap(t, r); !strings.Contains(got, "changed=4 ") || !strings.Contains(r.Stdout, "ok: [lab-mgmt] vm/wait-ssh: SSH answers and cloud-init is done") {
+	if got := recap(t, r); !strings.Contains(got, "changed=5 ") || !strings.Contains(r.Stdout, "ok: [lab-mgmt] vm/wait-ssh: SSH answers and cloud-init is done") || !strings.Contains(r.Stdout, "changed: [lab-mgmt] vm/record-host-key: record 192.0.2.50:22") {
 		t.Errorf("first apply: %s\n%s", got, r.Stdout)
 	}
 	r = e.apply("--tags", "vm", "--detailed-exitcode")

@@ -1,7 +1,7 @@
-// Package remotetest is a hand-written remote.Host that records what a step
-// runs and writes, so a unit test can assert that Apply carried out exactly
-// the plan Check returned. Tests that need a real SSH server use
-// remote/sshtest.
+// Package remotetest is a hand-written remote.Host that records what is
+// run and written on it, so a unit test can assert that carrying out a
+// plan did exactly the plan's effects. Tests that need a real SSH server
+// use remote/sshtest.
 package remotetest
 
 import (
@@ -59,6 +59,11 @@ func (h *Host) Run(ctx context.Context, c remote.Cmd) (remote.Result, error) {
 		return h.Answer(c)
 	}
 	return remote.Result{}, nil
+}
+
+// Look implements remote.Reader: a query runs as Run runs it.
+func (h *Host) Look(ctx context.Context, q remote.Query) (remote.Result, error) {
+	return h.Run(ctx, q.Cmd())
 }
 
 // ReadFile implements remote.Host: Files, or nothing to read.
