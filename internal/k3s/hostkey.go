@@ -68,7 +68,6 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 	return step.Plan{Note: "VM host key " + ssh.FingerprintSHA256(key) + " confirmed by the guest agent"}, nil
 }
 
-
 // agentNotRunning reports whether qm guest said the VM's guest agent does
 // not answer yet (`QEMU guest agent is not running`, qemu-server
 // src/PVE/QemuServer/Agent.pm, docs/upstream.md §1.7): qm's stderr is all that tells it from
