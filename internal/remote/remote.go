@@ -66,9 +66,6 @@ func (q Query) AsRoot() Query { q.c.Sudo = true; return q }
 // Allow returns q with more exit codes accepted as results.
 func (q Query) Allow(codes ...int) Query { q.c = q.c.Allow(codes...); return q }
 
-// String is the query's command line.
-func (q Query) String() string { return q.c.String() }
-
 // Command returns a command that may change the host.
 func Command(args ...string) Cmd { return Cmd{Args: args} }
 
