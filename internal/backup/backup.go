@@ -17,8 +17,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/mgmtctl/mgmtctl/internal/localfile"
 )
 
 // Paths on the VM (k3s's defaults).
@@ -69,38 +67,6 @@ func manifestBytes(m Manifest) ([]byte, error) {
 
 // sumLine is snapshot.sha256's content, as sha256sum writes it.
 func sumLine(sum string) []byte { return []byte(sum + "  " + snapshotFile + "\n") }
-
-// Write stores a backup in dir (created; it must not exist yet). The
-// backup command's plan writes the same files (Fetch); Write is for the
-// tests that need a backup on disk.
-func Write(dir string, m Manifest, snapshot, token, config []byte) error {
-	if _, err := os.Stat(dir); err == nil {
-		return fmt.Errorf("backup %s exists already", dir)
-	}
-	sum := sha256.Sum256(snapshot)
-	m.SHA256, m.Size = hex.EncodeToString(sum[:]), int64(len(snapshot))
-	man, err := manifestBytes(m)
-	if err != nil {
-		return err
-	}
-	// The manifest last: a directory without one is an interrupted backup,
-	// which List skips.
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{
-		{snapshotFile, snapshot},
-		{sumFile, sumLine(m.SHA256)},
-		{tokenFile, append([]byte(strings.TrimSpace(string(token))), '\n')},
-		{configFile, config},
-		{manifestFile, man},
-	} {
-		if err := localfile.Write(filepath.Join(dir, f.name), f.data); err != nil {
-			return fmt.Errorf("write backup %s: %w", dir, err)
-		}
-	}
-	return nil
-}
 
 // List returns the complete backups in dir, newest first.
 func List(dir string) ([]Backup, error) {

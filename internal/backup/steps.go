@@ -120,7 +120,7 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 		dir = fmt.Sprintf("%s-%d", base, n) // two backups in one second
 	}
 	snap := path.Join(SnapshotDir, s.T.snapshot)
-	res, err := s.T.V.Host.Look(ctx, remote.Look("sh", "-c", `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, "sh", snap).AsRoot())
+	res, err := s.T.V.Host.Look(ctx, remote.LookScript("read the sha256 and size of "+snap, `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, snap).AsRoot())
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read the sha256 of %s: %w", snap, err)
 	}
