@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/cert-manager/cert-manager/internal/apis/config/shared"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
 	utilfeature "github.com/cert-manager/cert-manager/pkg/util/feature"
 )
@@ -50,6 +51,17 @@ func ParseFlagsOnly(fs *pflag.FlagSet, args []string, configUsage string, loggin
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(*gates); err != nil {
 		Exit(fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err))
 	}
+}
+
+// AddLeaderElectionFlags are the leader-election flags the controller and
+// cainjector both take, named and described as their --help lists them;
+// electUsage is each one's own help for --leader-elect.
+func AddLeaderElectionFlags(fs *pflag.FlagSet, c *shared.LeaderElectionConfig, electUsage string) {
+	fs.BoolVar(&c.Enabled, "leader-elect", c.Enabled, electUsage)
+	fs.StringVar(&c.Namespace, "leader-election-namespace", c.Namespace, "Namespace used to perform leader election.")
+	fs.DurationVar(&c.LeaseDuration, "leader-election-lease-duration", c.LeaseDuration, "The duration that non-leader candidates will wait after observing a leadership renewal.")
+	fs.DurationVar(&c.RenewDeadline, "leader-election-renew-deadline", c.RenewDeadline, "The interval between attempts by the acting master to renew a leadership slot.")
+	fs.DurationVar(&c.RetryPeriod, "leader-election-retry-period", c.RetryPeriod, "The duration the clients should wait between attempting acquisition and renewal of a leadership.")
 }
 
 // Exit prints err and exits 1.
