@@ -167,21 +167,25 @@ func removeLocal(e RemoveLocal) error {
 	return err
 }
 
-func (x *Executor) cluster(ctx context.Context) (*kube.Cluster, error) {
+// cluster is the cluster e acts on; a failure to reach it is e's.
+func (x *Executor) cluster(ctx context.Context, e Effect) (*kube.Cluster, error) {
 	if x.Cluster == nil {
-		return nil, errors.New("no connection to the cluster in this run")
+		return nil, fmt.Errorf("%s: no connection to the cluster in this run", e)
 	}
 	cl, err := x.Cluster(ctx)
 	if err == nil && cl == nil {
 		err = errors.New("the cluster does not exist yet")
 	}
-	return cl, err
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", e, err)
+	}
+	return cl, nil
 }
 
 func (x *Executor) apply(ctx context.Context, e Apply) error {
-	cl, err := x.cluster(ctx)
+	cl, err := x.cluster(ctx, e)
 	if err != nil {
-		return fmt.Errorf("%s: %w", e, err)
+		return err
 	}
 	r := cl.Dynamic.Resource(e.Resource).Namespace(e.Object.GetNamespace())
 	if _, err := r.Apply(ctx, e.Object.GetName(), e.Object, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
@@ -191,9 +195,9 @@ func (x *Executor) apply(ctx context.Context, e Apply) error {
 }
 
 func (x *Executor) delete(ctx context.Context, e Delete) error {
-	cl, err := x.cluster(ctx)
+	cl, err := x.cluster(ctx, e)
 	if err != nil {
-		return fmt.Errorf("%s: %w", e, err)
+		return err
 	}
 	err = cl.Dynamic.Resource(e.Resource).Namespace(e.Object.Namespace).Delete(ctx, e.Object.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -203,9 +207,9 @@ func (x *Executor) delete(ctx context.Context, e Delete) error {
 }
 
 func (x *Executor) tokenKubeconfig(ctx context.Context, e TokenKubeconfig) error {
-	cl, err := x.cluster(ctx)
+	cl, err := x.cluster(ctx, e)
 	if err != nil {
-		return fmt.Errorf("%s: %w", e, err)
+		return err
 	}
 	secs := int64(e.TTL / time.Second)
 	tr, err := cl.Typed.CoreV1().ServiceAccounts(e.ServiceAccount.Namespace).CreateToken(ctx, e.ServiceAccount.Name,

@@ -76,11 +76,7 @@ func (s *Session) Executor() step.Executor {
 			}
 			return s.cluster(ctx)
 		},
-		Redact: func(values ...string) {
-			if s.Redact != nil {
-				s.Redact(values...)
-			}
-		},
+		Redact:   s.Redact,
 		Progress: step.Progress,
 	}
 }
