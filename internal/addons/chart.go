@@ -86,7 +86,7 @@ type VM struct {
 	Name string
 	Host remote.Reader
 	// Cluster is nil in a check run before the cluster exists.
-	Cluster func() *kube.Cluster
+	Cluster func() *kube.Reader
 }
 
 // conn is the name of the connection the VM's files are written over:

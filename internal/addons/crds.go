@@ -74,7 +74,7 @@ func (s *ProviderAPI) Wait(ctx context.Context) error {
 	// serving, which no watch shows; a failed dry-run is retried with a
 	// back-off while the CRDs' events also wake the wait.
 	backoff := 250 * time.Millisecond
-	err := kube.Until(ctx, []kube.WatchFunc{kube.WatchResource(cl.Dynamic, crdGVR, "", metav1.ListOptions{})}, func(ctx context.Context) (bool, error) {
+	err := kube.Until(ctx, []kube.WatchFunc{kube.WatchResource(cl, crdGVR, "", metav1.ListOptions{})}, func(ctx context.Context) (bool, error) {
 		for {
 			why, webhook := s.observe(ctx, cl)
 			if why == "" {
@@ -107,14 +107,14 @@ func (s *ProviderAPI) Wait(ctx context.Context) error {
 // observe returns what is still missing, or "" when the API is usable;
 // webhook says it is the dry-run that was refused, which no watch will
 // announce the end of.
-func (s *ProviderAPI) observe(ctx context.Context, cl *kube.Cluster) (why string, webhook bool) {
+func (s *ProviderAPI) observe(ctx context.Context, cl *kube.Reader) (why string, webhook bool) {
 	// The five CRDs are read at once: one round trip's wait, not five.
 	whys := make([]string, len(config.ProviderTypes))
 	var wg sync.WaitGroup
 	for i, t := range config.ProviderTypes {
 		wg.Go(func() {
 			name := capi.Kinds[t].Plural + "." + capi.Group
-			crd, err := cl.Dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			crd, err := cl.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
 				whys[i] = "CRD " + name + " does not exist yet"
@@ -137,7 +137,7 @@ func (s *ProviderAPI) observe(ctx context.Context, cl *kube.Cluster) (why string
 		"metadata": map[string]any{"name": "cluster-api", "namespace": s.Namespace},
 		"spec":     map[string]any{"version": "v1.0.0"},
 	}}
-	_, err := cl.Dynamic.Resource(core.GVR()).Namespace(s.Namespace).Apply(ctx, "cluster-api", probe, metav1.ApplyOptions{FieldManager: capi.FieldManager, DryRun: []string{metav1.DryRunAll}, Force: true})
+	_, err := cl.Resource(core.GVR()).Namespace(s.Namespace).DryRunApply(ctx, probe, capi.FieldManager)
 	if err != nil {
 		return "dry-run of a CoreProvider refused: " + err.Error(), true
 	}

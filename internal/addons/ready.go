@@ -75,7 +75,7 @@ type Ready struct {
 
 // wait blocks until the chart is usable, its Job gives up, or ctx's
 // deadline (the step's bound) passes.
-func (s *Ready) wait(ctx context.Context, cl *kube.Cluster, bound time.Duration) error {
+func (s *Ready) wait(ctx context.Context, cl *kube.Reader, bound time.Duration) error {
 	last := "nothing observed yet"
 	err := kube.Until(ctx, s.watches(cl), func(ctx context.Context) (bool, error) {
 		ok, why, err := s.Observe(ctx, cl)
@@ -106,27 +106,27 @@ func (s *Ready) note() string {
 
 func (s *Ready) job() string { return "helm-install-" + s.C.Name }
 
-func (s *Ready) watches(cl *kube.Cluster) []kube.WatchFunc {
+func (s *Ready) watches(cl *kube.Reader) []kube.WatchFunc {
 	byName := func(n string) metav1.ListOptions {
 		return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", n).String()}
 	}
 	return []kube.WatchFunc{
-		kube.WatchResource(cl.Dynamic, HelmChartGVR, ChartNamespace, byName(s.C.Name)),
+		kube.WatchResource(cl, HelmChartGVR, ChartNamespace, byName(s.C.Name)),
 		func(ctx context.Context) (watch.Interface, error) {
-			return cl.Typed.BatchV1().Jobs(ChartNamespace).Watch(ctx, byName(s.job()))
+			return cl.Jobs(ChartNamespace).Watch(ctx, byName(s.job()))
 		},
 		func(ctx context.Context) (watch.Interface, error) {
-			return cl.Typed.CoreV1().Pods(ChartNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: "job-name=" + s.job()})
+			return cl.Pods(ChartNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: "job-name=" + s.job()})
 		},
 		func(ctx context.Context) (watch.Interface, error) {
-			return cl.Typed.AppsV1().Deployments(s.C.TargetNamespace).Watch(ctx, byName(s.C.Deployment))
+			return cl.Deployments(s.C.TargetNamespace).Watch(ctx, byName(s.C.Deployment))
 		},
 	}
 }
 
 // Observe says whether the chart is usable, and if not, what it waits for.
-func (s *Ready) Observe(ctx context.Context, cl *kube.Cluster) (bool, string, error) {
-	hc, err := cl.Dynamic.Resource(HelmChartGVR).Namespace(ChartNamespace).Get(ctx, s.C.Name, metav1.GetOptions{})
+func (s *Ready) Observe(ctx context.Context, cl *kube.Reader) (bool, string, error) {
+	hc, err := cl.Resource(HelmChartGVR).Namespace(ChartNamespace).Get(ctx, s.C.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, "k3s has not applied " + s.C.Path() + " yet", nil
 	}
@@ -140,7 +140,7 @@ func (s *Ready) Observe(ctx context.Context, cl *kube.Cluster) (bool, string, er
 	if field("version") != s.C.Version || field("repo") != s.C.Repo || field("valuesContent") != strings.TrimRight(s.C.ValuesContent, "\n") {
 		return false, "k3s has not applied the new " + s.C.Path() + " yet", nil
 	}
-	job, err := cl.Typed.BatchV1().Jobs(ChartNamespace).Get(ctx, s.job(), metav1.GetOptions{})
+	job, err := cl.Jobs(ChartNamespace).Get(ctx, s.job(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, "helm-controller has not created Job " + s.job() + " yet", nil
 	}
@@ -163,7 +163,7 @@ func (s *Ready) Observe(ctx context.Context, cl *kube.Cluster) (bool, string, er
 		}
 		return false, "Job " + s.job() + " running helm", nil
 	}
-	d, err := cl.Typed.AppsV1().Deployments(s.C.TargetNamespace).Get(ctx, s.C.Deployment, metav1.GetOptions{})
+	d, err := cl.Deployments(s.C.TargetNamespace).Get(ctx, s.C.Deployment, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, fmt.Sprintf("Deployment %s/%s does not exist yet", s.C.TargetNamespace, s.C.Deployment), nil
 	}
@@ -205,7 +205,7 @@ type jobFailure struct {
 	objects  []metav1.Object
 }
 
-func (f *jobFailure) err(ctx context.Context, cl *kube.Cluster, chart string) *JobFailedError {
+func (f *jobFailure) err(ctx context.Context, cl *kube.Reader, chart string) *JobFailedError {
 	return &JobFailedError{Chart: chart, Job: f.job, Pod: f.pod, Message: f.message, Events: Events(ctx, cl, ChartNamespace, f.objects...)}
 }
 
@@ -213,7 +213,7 @@ func (f *jobFailure) err(ctx context.Context, cl *kube.Cluster, chart string) *J
 // last exited non-zero; nil while no attempt has failed. Helm's own words
 // come first: the failed container's log; the Job's reason when it gave
 // up follows.
-func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job) (*jobFailure, error) {
+func (s *Ready) jobFailure(ctx context.Context, cl *kube.Reader, j *batchv1.Job) (*jobFailure, error) {
 	f := &jobFailure{job: j.Name}
 	gaveUp := ""
 	for _, c := range j.Status.Conditions {
@@ -221,7 +221,7 @@ func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job
 			gaveUp, f.final = c.Reason+": "+c.Message, true
 		}
 	}
-	pods, err := cl.Typed.CoreV1().Pods(ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
+	pods, err := cl.Pods(ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
 	if err != nil {
 		return nil, fmt.Errorf("list the Pods of Job %s: %w", j.Name, err)
 	}
@@ -264,9 +264,9 @@ func (s *Ready) jobFailure(ctx context.Context, cl *kube.Cluster, j *batchv1.Job
 const logTailLines = 10
 
 // logTail is the end of a container's log, empty when it cannot be read.
-func logTail(ctx context.Context, cl *kube.Cluster, pod, container string, previous bool) string {
+func logTail(ctx context.Context, cl *kube.Reader, pod, container string, previous bool) string {
 	n := int64(logTailLines)
-	b, err := cl.Typed.CoreV1().Pods(ChartNamespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: previous, TailLines: &n}).DoRaw(ctx)
+	b, err := cl.Pods(ChartNamespace).Logs(ctx, pod, &corev1.PodLogOptions{Container: container, Previous: previous, TailLines: &n})
 	if err != nil {
 		return ""
 	}
@@ -294,7 +294,7 @@ func firstLine(s string) string {
 // each: an earlier object of the same name has another UID), oldest first,
 // as "Type Reason (Kind/name): message"; repeats of one line are one line
 // with their count, "(x8)", as kubectl describe counts them.
-func Events(ctx context.Context, cl *kube.Cluster, ns string, objs ...metav1.Object) []string {
+func Events(ctx context.Context, cl *kube.Reader, ns string, objs ...metav1.Object) []string {
 	type ev struct {
 		at    time.Time
 		line  string
@@ -302,7 +302,7 @@ func Events(ctx context.Context, cl *kube.Cluster, ns string, objs ...metav1.Obj
 	}
 	var all []ev
 	for _, o := range objs {
-		list, err := cl.Typed.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", o.GetName()).String()})
+		list, err := cl.Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", o.GetName()).String()})
 		if err != nil {
 			continue
 		}

@@ -69,8 +69,9 @@ func TestReadyRetriesAFailedAttempt(t *testing.T) {
 		{name: "running", objects: []runtime.Object{job()}, why: "Job helm-install-cert-manager running helm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := &kube.Cluster{Typed: fake.NewClientset(tc.objects...),
-				Dynamic: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{HelmChartGVR: "HelmChartList"}, hc)}
+			typed := fake.NewClientset(tc.objects...)
+			cl := kube.ReaderOf(typed,
+				dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{HelmChartGVR: "HelmChartList"}, hc))
 			r := &Ready{C: c}
 			done, why, err := r.Observe(context.Background(), cl)
 			var jf *JobFailedError
@@ -84,7 +85,7 @@ func TestReadyRetriesAFailedAttempt(t *testing.T) {
 			}
 			if tc.name == "the message from the log" {
 				var logs []corev1.PodLogOptions
-				for _, a := range cl.Typed.(*fake.Clientset).Actions() {
+				for _, a := range typed.Actions() {
 					if g, ok := a.(k8stesting.GenericAction); ok && a.GetSubresource() == "log" {
 						logs = append(logs, *g.GetValue().(*corev1.PodLogOptions))
 					}

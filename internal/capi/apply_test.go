@@ -71,7 +71,12 @@ func TestApplyRunsThePlan(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cluster()
 			var api *kube.Cluster
-			c.API = func() *kube.Cluster { return api }
+			c.API = func() *kube.Reader {
+				if api == nil {
+					return nil
+				}
+				return kube.ReaderOf(api.Typed, api.Dynamic)
+			}
 			s := tc.step(c)
 			p, err := s.Check(context.Background())
 			if err != nil || p.Empty() {

@@ -62,7 +62,7 @@ func (k Kind) GVR() schema.GroupVersionResource {
 type Cluster struct {
 	Name string // the management cluster, as the recap shows it
 	// API is nil in a check run before the cluster exists.
-	API func() *kube.Cluster
+	API func() *kube.Reader
 	// Configured are mgmt.yaml's providers, in its order; Providers
 	// gives them in install order.
 	Configured []config.Provider

@@ -34,7 +34,7 @@ func (s *Namespaces) Check(ctx context.Context) (step.Plan, error) {
 		names = append(names, pr.Namespace)
 		missing := s.C.API() == nil
 		if !missing {
-			_, err := s.C.API().Typed.CoreV1().Namespaces().Get(ctx, pr.Namespace, metav1.GetOptions{})
+			_, err := s.C.API().Namespaces().Get(ctx, pr.Namespace, metav1.GetOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return step.Plan{}, fmt.Errorf("read namespace %s: %w", pr.Namespace, err)
 			}

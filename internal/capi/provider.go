@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
@@ -55,8 +54,8 @@ func (s *ProviderStep) ID() string { return "provider-" + s.P.Kind.Prefix }
 // Host implements step.Step.
 func (s *ProviderStep) Host() string { return s.C.Name }
 
-func (s *ProviderStep) client() dynamic.ResourceInterface {
-	return s.C.API().Dynamic.Resource(s.P.Kind.GVR()).Namespace(s.P.Namespace)
+func (s *ProviderStep) client() kube.Resource {
+	return s.C.API().Resource(s.P.Kind.GVR()).Namespace(s.P.Namespace)
 }
 
 // comparable is what mgmtctl owns of a provider: its spec and labels.
@@ -95,7 +94,7 @@ func (s *ProviderStep) Check(ctx context.Context) (step.Plan, error) {
 	}
 	// What the server would make of our apply (defaults, other managers'
 	// fields kept), compared with what is there.
-	dry, err := s.client().Apply(ctx, s.P.Name, want, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+	dry, err := s.client().DryRunApply(ctx, want, FieldManager)
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("server-side dry-run of %s: %w", s.P.Ref(), err)
 	}
@@ -219,7 +218,7 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 			}
 		}
 	}
-	evs, _ := s.C.API().Typed.CoreV1().Events(s.P.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", s.P.Name).String()})
+	evs, _ := s.C.API().Events(s.P.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", s.P.Name).String()})
 	if evs != nil && len(evs.Items) > 0 {
 		b.WriteString("\nevents:")
 		for _, e := range evs.Items {
@@ -229,7 +228,7 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 	// The provider's own Deployment: the operator's Ready follows its
 	// Available condition by status alone (healthcheck_controller.go), so
 	// its reason can be stale while the Deployment says why.
-	if list, err := s.C.API().Typed.AppsV1().Deployments(s.P.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "cluster.x-k8s.io/provider"}); err == nil {
+	if list, err := s.C.API().Deployments(s.P.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "cluster.x-k8s.io/provider"}); err == nil {
 		for _, d := range list.Items {
 			fmt.Fprintf(&b, "\nprovider Deployment %s/%s: %d/%d available", d.Namespace, d.Name, d.Status.AvailableReplicas, d.Status.Replicas)
 			for _, c := range d.Status.Conditions {
@@ -246,14 +245,14 @@ func (s *ProviderStep) diagnose(ctx context.Context, last string) string {
 			if err != nil {
 				continue
 			}
-			if pods, err := s.C.API().Typed.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()}); err == nil {
+			if pods, err := s.C.API().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()}); err == nil {
 				for i := range pods.Items {
 					fmt.Fprintf(&b, "\n  pod %s: %s", pods.Items[i].Name, PodState(&pods.Items[i]))
 				}
 			}
 		}
 	}
-	if d, err := s.C.API().Typed.AppsV1().Deployments(OperatorNamespace).Get(ctx, OperatorDeployment, metav1.GetOptions{}); err == nil {
+	if d, err := s.C.API().Deployments(OperatorNamespace).Get(ctx, OperatorDeployment, metav1.GetOptions{}); err == nil {
 		fmt.Fprintf(&b, "\noperator Deployment %s/%s: %d/%d available", OperatorNamespace, OperatorDeployment, d.Status.AvailableReplicas, d.Status.Replicas)
 		for _, c := range d.Status.Conditions {
 			if c.Type == "Available" {

@@ -59,7 +59,7 @@ func (s *Variables) Check(ctx context.Context) (step.Plan, error) {
 		name := SecretName(pr, vars)
 		names = append(names, pr.Namespace+"/"+name)
 		if s.C.API() != nil {
-			_, err := s.C.API().Typed.CoreV1().Secrets(pr.Namespace).Get(ctx, name, metav1.GetOptions{})
+			_, err := s.C.API().Secrets(pr.Namespace).Get(ctx, name, metav1.GetOptions{})
 			if err == nil {
 				continue
 			}
@@ -107,7 +107,7 @@ func (s *Prune) Check(ctx context.Context) (step.Plan, error) {
 		if vars := s.C.Variables(pr); vars != nil {
 			current = SecretName(pr, vars)
 		}
-		list, err := s.C.API().Typed.CoreV1().Secrets(pr.Namespace).List(ctx, metav1.ListOptions{LabelSelector: VariablesFor + "=" + variablesFor(pr) + "," + ManagedBy + "=mgmtctl"})
+		list, err := s.C.API().Secrets(pr.Namespace).List(ctx, metav1.ListOptions{LabelSelector: VariablesFor + "=" + variablesFor(pr) + "," + ManagedBy + "=mgmtctl"})
 		if apierrors.IsNotFound(err) {
 			continue
 		}

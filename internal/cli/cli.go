@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/engine"
 	"github.com/mgmtctl/mgmtctl/internal/health"
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
+	"github.com/mgmtctl/mgmtctl/internal/localfile"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
@@ -464,8 +466,15 @@ func newKubeconfig(g *global, o *Options) *cobra.Command {
 				target = filepath.SplitList(kc)[0]
 			}
 			name := l.Cluster.Metadata.Name
-			switched, err := kubeconfig.Merge(admin, name, target)
+			cur, err := os.ReadFile(target)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			merged, switched, err := kubeconfig.Merged(admin, name, target, cur)
 			if err != nil {
+				return err
+			}
+			if err := localfile.Write(target, merged); err != nil {
 				return err
 			}
 			if switched {

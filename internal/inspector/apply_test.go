@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	dynfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -33,7 +32,7 @@ import (
 func TestRBACAppliesThePlan(t *testing.T) {
 	cs := fake.NewClientset()
 	cs.Resources = []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Verbs: []string{"get", "list"}}}}}
-	s := &RBAC{Name: "lab-mgmt-ro", Client: func() kubernetes.Interface { return cs }}
+	s := &RBAC{Name: "lab-mgmt-ro", Client: func() *kube.Reader { return kube.ReaderOf(cs, nil) }}
 	p, err := s.Check(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +81,8 @@ func TestKubeconfigFileMintsThePlan(t *testing.T) {
 	})
 	path := filepath.Join(t.TempDir(), "ro.kubeconfig")
 	s := &KubeconfigFile{Name: "lab-mgmt-ro", Path: path, TTL: 2 * time.Hour,
-		Cluster: func() (string, []byte, kubernetes.Interface, error) {
-			return "https://192.0.2.50:6443", []byte("CA"), cs, nil
+		Cluster: func() (string, []byte, *kube.Reader, error) {
+			return "https://192.0.2.50:6443", []byte("CA"), kube.ReaderOf(cs, nil), nil
 		}}
 	p, err := s.Check(context.Background())
 	if err != nil || len(p.Changes) != 1 {

@@ -21,10 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -92,7 +92,7 @@ type RBAC struct {
 	HostName string
 	// Client is the cluster's client, nil while the cluster does not exist
 	// (a check run on a fresh lab).
-	Client func() kubernetes.Interface
+	Client func() *kube.Reader
 }
 
 var _ step.Step = (*RBAC)(nil)
@@ -104,7 +104,7 @@ func (s *RBAC) ID() string { return "rbac" }
 func (s *RBAC) Host() string { return s.HostName }
 
 func (s *RBAC) desiredRules(ctx context.Context) ([]rbacv1.PolicyRule, error) {
-	_, lists, err := s.Client().Discovery().ServerGroupsAndResources()
+	_, lists, err := s.Client().ServerGroupsAndResources()
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discover API resources: %w", err)
 	}
@@ -130,12 +130,12 @@ func (s *RBAC) Check(ctx context.Context) (step.Plan, error) {
 	add := func(target string, a step.Action, summary string, apply effect.Apply) {
 		p.Changes = append(p.Changes, step.Change{Target: target, Action: a, Summary: summary, Effects: []effect.Effect{apply}})
 	}
-	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Get(ctx, s.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	if _, err := cs.ServiceAccounts(Namespace).Get(ctx, s.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		add("serviceaccount/"+s.Name, step.Create, "create ServiceAccount "+Namespace+"/"+s.Name, applies[0])
 	} else if err != nil {
 		return step.Plan{}, err
 	}
-	cur, err := cs.RbacV1().ClusterRoles().Get(ctx, s.Name, metav1.GetOptions{})
+	cur, err := cs.ClusterRoles().Get(ctx, s.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		add("clusterrole/"+s.Name, step.Create, "create ClusterRole "+s.Name+" (read all but Secrets)", applies[1])
@@ -144,7 +144,7 @@ func (s *RBAC) Check(ctx context.Context) (step.Plan, error) {
 	case !reflect.DeepEqual(cur.Rules, rules):
 		add("clusterrole/"+s.Name, step.Update, "update ClusterRole "+s.Name+" to the API's current resources", applies[1])
 	}
-	curB, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, s.Name, metav1.GetOptions{})
+	curB, err := cs.ClusterRoleBindings().Get(ctx, s.Name, metav1.GetOptions{})
 	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: s.Name, Namespace: Namespace}}
 	switch {
 	case apierrors.IsNotFound(err):

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -22,7 +22,7 @@ type KubeconfigFile struct {
 	TTL        time.Duration
 	// Cluster returns the server, the CA and a client of the cluster, or
 	// a nil client while the cluster does not exist (check mode).
-	Cluster func() (server string, ca []byte, cs kubernetes.Interface, err error)
+	Cluster func() (server string, ca []byte, cs *kube.Reader, err error)
 }
 
 var _ step.Step = (*KubeconfigFile)(nil)

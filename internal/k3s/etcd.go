@@ -38,13 +38,13 @@ func EtcdHealth(ctx context.Context, kubeconfig []byte, members []Member) []Memb
 			out[i].Detail = "VM not reachable: " + err.Error()
 			continue
 		}
-		cl, err := kube.NewCluster(kubeconfig, h.DialContext, true)
+		cl, err := kube.NewReader(kubeconfig, h.DialContext)
 		if err != nil {
 			out[i].Detail = err.Error()
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		b, err := cl.Typed.Discovery().RESTClient().Get().AbsPath("/readyz/etcd").DoRaw(rctx)
+		b, err := cl.GetPath(rctx, "/readyz/etcd")
 		cancel()
 		if err != nil {
 			out[i].Detail = "etcd member not ready: " + strings.TrimSpace(firstLine(err.Error()))

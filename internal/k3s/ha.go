@@ -251,7 +251,7 @@ const APIAddressTimeout = 2 * time.Minute
 type APIAddress struct {
 	V    *VM
 	Addr netip.Addr
-	API  func(ctx context.Context) (*kube.Cluster, error)
+	API  func(ctx context.Context) (*kube.Reader, error)
 	// Timeout bounds the wait; zero means APIAddressTimeout.
 	Timeout time.Duration
 }
@@ -284,7 +284,7 @@ func (s *APIAddress) holder(ctx context.Context) (string, error) {
 	if err != nil || cl == nil {
 		return "", err
 	}
-	l, err := cl.Typed.CoordinationV1().Leases("kube-system").Get(ctx, KubeVIPLease, metav1.GetOptions{})
+	l, err := cl.Leases("kube-system").Get(ctx, KubeVIPLease, metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -338,7 +338,7 @@ func (s *APIAddress) Wait(ctx context.Context) error {
 		return fmt.Errorf("%s does not exist: is k3s installed?", KubeconfigPath)
 	}
 	step.Progress(ctx, "waiting for kube-vip to bring up "+s.Addr.String())
-	leases := cl.Typed.CoordinationV1().Leases("kube-system")
+	leases := cl.Leases("kube-system")
 	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", KubeVIPLease).String()}
 	last := "no server holds kube-vip's lease " + KubeVIPLease + " yet"
 	err = kube.Until(ctx, []kube.WatchFunc{func(ctx context.Context) (watch.Interface, error) { return leases.Watch(ctx, sel) }},

@@ -22,7 +22,7 @@ type NodeReady struct {
 	V *VM
 	// API is the run's one way to the cluster; it returns a nil cluster
 	// in check mode while k3s has not written its kubeconfig yet.
-	API func(ctx context.Context) (*kube.Cluster, error)
+	API func(ctx context.Context) (*kube.Reader, error)
 	// Timeout bounds the wait; zero means NodeReadyTimeout.
 	Timeout time.Duration
 }
@@ -53,7 +53,7 @@ func (s *NodeReady) Observe(ctx context.Context) (bool, string, error) {
 	if cl == nil {
 		return false, "k3s has not written its kubeconfig yet", nil
 	}
-	n, err := cl.Typed.CoreV1().Nodes().Get(ctx, s.V.Name(), metav1GetOptions)
+	n, err := cl.Nodes().Get(ctx, s.V.Name(), metav1GetOptions)
 	if err != nil {
 		return false, err.Error(), nil
 	}
@@ -81,7 +81,7 @@ func (s *NodeReady) Wait(ctx context.Context) error {
 		return fmt.Errorf("%s does not exist: is k3s installed?", KubeconfigPath)
 	}
 	step.Progress(ctx, "waiting for node "+s.V.Name()+" to be Ready")
-	err = kube.WaitNodeReady(ctx, cl.Typed, s.V.Name())
+	err = kube.WaitNodeReady(ctx, cl, s.V.Name())
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%w (after %s; on the VM, k3s's log says why: sudo journalctl -u k3s)", err, s.Bound())
 	}

@@ -65,7 +65,8 @@ func TestDryRunTransport(t *testing.T) {
 // the lab's e2e test TestCheckModeClientWritesNothing, which sets
 // MGMTCTL_LAB_KUBECONFIG to its admin kubeconfig): every kind of write a
 // step could forget to guard, through the typed and the dynamic client of
-// a dry-run cluster, is accepted by the server and changes nothing.
+// a dry-run cluster, and a Reader's dry-run apply, is accepted by the
+// server and changes nothing.
 func TestDryRunWritesNothing(t *testing.T) {
 	path := os.Getenv("MGMTCTL_LAB_KUBECONFIG")
 	if path == "" {
@@ -114,6 +115,19 @@ func TestDryRunWritesNothing(t *testing.T) {
 		"metadata": map[string]any{"name": "dry-run-probe", "namespace": "default"}, "data": map[string]any{"k": "dynamic"}}}
 	if _, err := dry.Dynamic.Resource(gvr).Namespace("default").Apply(ctx, "dry-run-probe", u, metav1.ApplyOptions{FieldManager: "mgmtctl", Force: true}); err != nil {
 		t.Errorf("dynamic server-side apply: %v", err)
+	}
+	// A Reader's one request with a body: the server answers with what
+	// it would store, and stores nothing.
+	r, err := NewReader(kc, d.DialContext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": kept.Name, "namespace": "default"}, "data": map[string]any{"k": "reader"}}}
+	if got, err := r.Resource(gvr).Namespace("default").DryRunApply(ctx, ru, "mgmtctl"); err != nil {
+		t.Errorf("reader's dry-run apply: %v", err)
+	} else if v, _, _ := unstructured.NestedString(got.Object, "data", "k"); v != "reader" {
+		t.Errorf("reader's dry-run apply answered data.k=%q, want what it would store", v)
 	}
 	if err := dcms.Delete(ctx, kept.Name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("typed delete: %v", err)

@@ -66,12 +66,12 @@ func NodeReady(n *corev1.Node) (bool, string) {
 // ctx ends; the error then says what was last seen. A node not registered
 // yet, or deleted and registered again, and an API server that does not
 // answer for a moment (k3s restarting) are waited through.
-func WaitNodeReady(ctx context.Context, cs kubernetes.Interface, name string) error {
+func WaitNodeReady(ctx context.Context, r *Reader, name string) error {
 	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
 	last := "the node is not registered yet"
-	err := Until(ctx, []WatchFunc{func(ctx context.Context) (watch.Interface, error) { return cs.CoreV1().Nodes().Watch(ctx, sel) }},
+	err := Until(ctx, []WatchFunc{func(ctx context.Context) (watch.Interface, error) { return r.Nodes().Watch(ctx, sel) }},
 		func(ctx context.Context) (bool, error) {
-			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			n, err := r.Nodes().Get(ctx, name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
 				last = "the node is not registered yet"
@@ -96,7 +96,8 @@ func WaitNodeReady(ctx context.Context, cs kubernetes.Interface, name string) er
 }
 
 // Cluster is the management cluster's API, typed and dynamic, reached
-// through the VM.
+// through the VM: what the run's effect.Executor writes with. Steps read
+// through a Reader.
 type Cluster struct {
 	Typed   kubernetes.Interface
 	Dynamic dynamic.Interface
@@ -104,9 +105,8 @@ type Cluster struct {
 
 // NewCluster builds both clients from k3s.yaml's bytes, dialling through
 // d. With dryRun, every write either client makes is a server-side dry run
-// (see DryRunTransport): the client steps read the cluster with, in every
-// mode, so no step's read can change anything; the run's Executor writes
-// through a client without it.
+// (see DryRunTransport): a Reader's (NewReader), in every mode; the run's
+// Executor writes through a client without it.
 //
 // wrap, when given, wraps the transport (outermost last): the caller's
 // view of a failed request, such as the SSH link it rode on being gone.

@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 )
 
 // WatchFunc opens a watch on the objects a wait depends on.
@@ -16,12 +15,12 @@ type WatchFunc func(ctx context.Context) (watch.Interface, error)
 
 // WatchResource watches gvr's objects in ns ("" for all or cluster-scoped),
 // narrowed by opts (a field or label selector).
-func WatchResource(dc dynamic.Interface, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) WatchFunc {
+func WatchResource(r *Reader, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) WatchFunc {
 	return func(ctx context.Context) (watch.Interface, error) {
 		if ns == "" {
-			return dc.Resource(gvr).Watch(ctx, opts)
+			return r.Resource(gvr).Watch(ctx, opts)
 		}
-		return dc.Resource(gvr).Namespace(ns).Watch(ctx, opts)
+		return r.Resource(gvr).Namespace(ns).Watch(ctx, opts)
 	}
 }
 

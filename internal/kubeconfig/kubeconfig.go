@@ -17,7 +17,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
-	"github.com/mgmtctl/mgmtctl/internal/localfile"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -114,34 +113,34 @@ func Private(path string) bool {
 	return err == nil && fi.Mode().Perm() == 0o600
 }
 
-// Merge adds the context, cluster and user named name from the admin
-// kubeconfig into the kubeconfig at target. It switches the current context
-// only when target has none (a new or empty file: without one, kubectl
-// would go to localhost:8080), and says so with switched. It replaces only
-// its own entries: an entry of that name pointing at another server is a
-// clash, reported, never overwritten.
-func Merge(admin []byte, name, target string) (switched bool, err error) {
+// Merged is the kubeconfig cur (the bytes of the file at target, nil when
+// there is none) with the context, cluster and user named name from the
+// admin kubeconfig added. It switches the current context only when cur
+// has none (a new or empty file: without one, kubectl would go to
+// localhost:8080), and says so with switched. It replaces only its own
+// entries: an entry of that name pointing at another server is a clash,
+// reported, never overwritten. The caller writes the file: mgmtctl
+// kubeconfig --merge, a command of its own, not a step.
+func Merged(admin []byte, name, target string, cur []byte) (merged []byte, switched bool, err error) {
 	src, err := clientcmd.Load(admin)
 	if err != nil {
-		return false, fmt.Errorf("parse the admin kubeconfig: %w", err)
+		return nil, false, fmt.Errorf("parse the admin kubeconfig: %w", err)
 	}
 	cl, user, ctx := src.Clusters[name], src.AuthInfos[name], src.Contexts[name]
 	if cl == nil || user == nil || ctx == nil {
-		return false, fmt.Errorf("the admin kubeconfig has no cluster, user and context named %q", name)
+		return nil, false, fmt.Errorf("the admin kubeconfig has no cluster, user and context named %q", name)
 	}
 	dst := clientcmdapi.NewConfig()
-	if b, err := os.ReadFile(target); err == nil {
-		if dst, err = clientcmd.Load(b); err != nil {
-			return false, fmt.Errorf("parse %s: %w", target, err)
+	if cur != nil {
+		if dst, err = clientcmd.Load(cur); err != nil {
+			return nil, false, fmt.Errorf("parse %s: %w", target, err)
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return false, err
 	}
 	own := dst.Clusters[name] != nil && dst.Clusters[name].Server == cl.Server
 	if !own {
 		for kind, present := range map[string]bool{"cluster": dst.Clusters[name] != nil, "user": dst.AuthInfos[name] != nil, "context": dst.Contexts[name] != nil} {
 			if present {
-				return false, fmt.Errorf("%s already has a %s named %q that is not this cluster's (server %s); rename it or choose another metadata.name", target, kind, name, cl.Server)
+				return nil, false, fmt.Errorf("%s already has a %s named %q that is not this cluster's (server %s); rename it or choose another metadata.name", target, kind, name, cl.Server)
 			}
 		}
 	}
@@ -151,7 +150,7 @@ func Merge(admin []byte, name, target string) (switched bool, err error) {
 	}
 	b, err := clientcmd.Write(*dst)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	return switched, localfile.Write(target, b)
+	return b, switched, nil
 }

@@ -2,7 +2,9 @@ package kubeconfig
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -80,7 +82,7 @@ contexts:
 `
 	os.WriteFile(target, []byte(foreign), 0o600)
 	for i := 0; i < 2; i++ { // idempotent
-		if switched, err := Merge(admin, "lab-mgmt", target); err != nil || switched {
+		if switched, err := merge(t, admin, "lab-mgmt", target); err != nil || switched {
 			t.Fatalf("merge into a config with a current context: switched=%v err=%v", switched, err)
 		}
 	}
@@ -94,7 +96,7 @@ contexts:
 	// A foreign entry with our name is a clash, and the file is untouched.
 	clash := strings.ReplaceAll(foreign, "prod", "lab-mgmt")
 	os.WriteFile(target, []byte(clash), 0o600)
-	if _, err := Merge(admin, "lab-mgmt", target); err == nil || !strings.Contains(err.Error(), "is not this cluster's") {
+	if _, err := merge(t, admin, "lab-mgmt", target); err == nil || !strings.Contains(err.Error(), "is not this cluster's") {
 		t.Fatalf("clash: %v", err)
 	}
 	if b, _ := os.ReadFile(target); string(b) != clash {
@@ -123,7 +125,7 @@ func TestMergeSetsAMissingCurrentContext(t *testing.T) {
 				os.MkdirAll(filepath.Dir(target), 0o700)
 				os.WriteFile(target, []byte(tc.existing), 0o600)
 			}
-			switched, err := Merge(admin, "lab-mgmt", target)
+			switched, err := merge(t, admin, "lab-mgmt", target)
 			if err != nil || !switched {
 				t.Fatalf("switched=%v err=%v", switched, err)
 			}
@@ -132,7 +134,7 @@ func TestMergeSetsAMissingCurrentContext(t *testing.T) {
 				t.Errorf("no current context:\n%s", b)
 			}
 			// A second merge finds its own context current: nothing to switch.
-			if switched, err := Merge(admin, "lab-mgmt", target); err != nil || switched {
+			if switched, err := merge(t, admin, "lab-mgmt", target); err != nil || switched {
 				t.Errorf("second merge: switched=%v err=%v", switched, err)
 			}
 		})
@@ -170,4 +172,21 @@ func TestFileWritesThePlan(t *testing.T) {
 	if p, err := f.Check(context.Background()); err != nil || !p.Empty() {
 		t.Errorf("as rendered: %+v %v", p, err)
 	}
+}
+
+// merge is mgmtctl kubeconfig --merge's read, Merged and write.
+func merge(t *testing.T, admin []byte, name, target string) (bool, error) {
+	t.Helper()
+	cur, err := os.ReadFile(target)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	b, switched, err := Merged(admin, name, target, cur)
+	if err != nil {
+		return false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		return false, err
+	}
+	return switched, os.WriteFile(target, b, 0o600)
 }

@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mgmtctl/mgmtctl/internal/addons"
@@ -199,11 +198,12 @@ type clusterAccess struct {
 	s       *Session
 	done    bool
 	k3sYAML []byte
-	// cluster is the steps' client: every write it makes is a server-side
-	// dry run, in every mode, so a step's read can never change the
-	// cluster. writer, the run's Executor's, is built on first use.
-	cluster, writer *kube.Cluster
-	vm              remote.Reader
+	// cluster is the steps' way to the cluster, in every mode: a Reader,
+	// which has no method that writes. writer, the run's Executor's, is
+	// built on first use.
+	cluster *kube.Reader
+	writer  *kube.Cluster
+	vm      remote.Reader
 }
 
 // connect reads k3s.yaml over SSH (kept in memory only) and builds a client
@@ -232,7 +232,7 @@ func (a *clusterAccess) connect(ctx context.Context) error {
 	if a.s.Redact != nil {
 		a.s.Redact(kubeconfig.Secrets(kc)...)
 	}
-	cl, err := kube.NewCluster(kc, h.DialContext, true, a.s.linkAware(h.Name()))
+	cl, err := kube.NewReader(kc, h.DialContext, a.s.linkAware(h.Name()))
 	if err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func (a *clusterAccess) etcdHealth(ctx context.Context, members []string) ([]k3s
 
 // api is the cluster once connected: nil in check mode while the VM or
 // its kubeconfig does not exist yet.
-func (a *clusterAccess) api(ctx context.Context) (*kube.Cluster, error) {
+func (a *clusterAccess) api(ctx context.Context) (*kube.Reader, error) {
 	if err := a.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -345,7 +345,7 @@ func (a *clusterAccess) connectVM(ctx context.Context) error {
 
 func addonsPhase(s *Session, a *clusterAccess) step.Phase {
 	c := s.Config.Cluster
-	v := &addons.VM{Name: c.Metadata.Name, Cluster: func() *kube.Cluster { return a.cluster }}
+	v := &addons.VM{Name: c.Metadata.Name, Cluster: func() *kube.Reader { return a.cluster }}
 	cm, op := addons.CertManager(c.Spec.CertManager), addons.Operator(c.Spec.ClusterAPIOperator)
 	return step.Phase{
 		Tag: step.TagAddons,
@@ -371,7 +371,7 @@ func capiPhase(s *Session, a *clusterAccess) step.Phase {
 	px := c.Spec.Proxmox
 	cl := &capi.Cluster{Name: c.Metadata.Name, Configured: c.Spec.Providers, ProxmoxURL: px.APIURL, TokenID: px.TokenID,
 		TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
-		API: func() *kube.Cluster { return a.cluster }}
+		API: func() *kube.Reader { return a.cluster }}
 	steps := []step.Step{
 		&capi.Token{C: cl, Source: s.Config.SecretSource},
 		&capi.Namespaces{C: cl},
@@ -417,24 +417,19 @@ func kubeconfigPhase(s *Session, a *clusterAccess) step.Phase {
 func inspectorPhase(s *Session, a *clusterAccess) step.Phase {
 	c := s.Config.Cluster
 	in := c.Spec.Inspector
-	client := func() kubernetes.Interface {
-		if a.cluster == nil {
-			return nil
-		}
-		return a.cluster.Typed
-	}
+	client := func() *kube.Reader { return a.cluster }
 	return step.Phase{
 		Tag:     step.TagInspector,
 		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.connect(ctx) },
 		Steps: []step.Step{
 			&inspector.RBAC{Name: in.Name, HostName: c.Metadata.Name, Client: client},
 			&inspector.KubeconfigFile{Name: in.Name, Path: s.InspectorKubeconfigPath(), TTL: in.TTL,
-				Cluster: func() (string, []byte, kubernetes.Interface, error) {
+				Cluster: func() (string, []byte, *kube.Reader, error) {
 					if a.cluster == nil {
 						return "", nil, nil, nil
 					}
 					ca, err := clusterCA(a.k3sYAML)
-					return a.server(), ca, a.cluster.Typed, err
+					return a.server(), ca, a.cluster, err
 				}},
 		},
 	}

@@ -117,7 +117,7 @@ func etcdFinding(ctx context.Context, a *clusterAccess, members []string) health
 	}
 	holder := "nobody"
 	if a.cluster != nil {
-		if l, err := a.cluster.Typed.CoordinationV1().Leases("kube-system").Get(ctx, k3s.KubeVIPLease, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
+		if l, err := a.cluster.Leases("kube-system").Get(ctx, k3s.KubeVIPLease, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
 		}
 	}
