@@ -85,9 +85,8 @@ type Report struct {
 	Failure error `json:"-"`
 }
 
-// Run looks at the phases in order: a check run of each (its hosts must be
-// behind the read-only gate, its cluster client dry-run: the session's
-// business), one line per step, then the phase's extra checks when all its
+// Run looks at the phases in order: a check run of each (no Executor, so
+// nothing is carried out: the session's business), one line per step, then the phase's extra checks when all its
 // steps are as configured. A step with changes pending is "not as
 // configured" and says which apply to run; a wait pending after that cause
 // in the same phase, and every phase after it, is skipped, naming it.

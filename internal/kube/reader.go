@@ -159,7 +159,8 @@ func (r *Reader) GetPath(ctx context.Context, path string) ([]byte, error) {
 
 // Resource reads the objects of any resource, unstructured.
 func (r *Reader) Resource(gvr schema.GroupVersionResource) Resource {
-	return Resource{all: r.dynamic.Resource(gvr), c: r.dynamic.Resource(gvr)}
+	c := r.dynamic.Resource(gvr)
+	return Resource{all: c, c: c}
 }
 
 // Resource reads the objects of one resource, in every namespace or, after

@@ -191,9 +191,8 @@ func k3sPhase(s *Session, a *clusterAccess) step.Phase {
 }
 
 // clusterAccess reaches the cluster's API through the VM, once per run: the
-// one way every phase (and status) reaches it. The steps' client makes
-// every write a server-side dry run, in every mode; only the Executor's
-// writes.
+// one way every phase (and status) reaches it: the steps read it through
+// a kube.Reader, in every mode; only the Executor's client writes.
 type clusterAccess struct {
 	s       *Session
 	done    bool

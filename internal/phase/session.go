@@ -35,8 +35,8 @@ type Session struct {
 	// status): no Executor, hosts unlocked, no cluster client that
 	// writes, and an earlier VM's key at a new VM's address not consulted;
 	// a VM or kubeconfig that does not exist yet is a state to report, not
-	// an error. In every session the phases get hosts as Readers and a
-	// cluster client whose writes are dry runs. Which steps run and whether
+	// an error. In every session the phases get hosts and the cluster as
+	// Readers. Which steps run and whether
 	// to apply is the engine's business, not the session's.
 	ReadOnly bool
 	Dialer   *remote.Dialer

@@ -79,8 +79,6 @@ func (n *Node) ImagePath() string {
 	return path.Join(n.Spec.ImageDir, path.Base(u.Path))
 }
 
-// ro is the node behind the read-only gate, for Check.
-
 // run is the effect of running c on the node.
 func (n *Node) run(c remote.Cmd) effect.Run { return effect.Run{Host: n.Name(), Cmd: c} }
 

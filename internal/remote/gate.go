@@ -25,7 +25,7 @@ func (g gate) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, err
 }
 
 // DialContext passes: reading the Kubernetes API needs a connection, and
-// the Kubernetes client is put in server dry-run mode on its own.
+// what reads it is a kube.Reader, which has no method that writes.
 func (g gate) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	return g.h.DialContext(ctx, network, addr)
 }

@@ -113,11 +113,10 @@ func (p Plan) Empty() bool { return len(p.Changes) == 0 }
 //
 // Check must not mutate anything, and a step has nothing to mutate with:
 // the hosts it holds are remote.Readers (no method writes; a Check that
-// calls Run or WriteFile does not compile), and the cluster client it
-// holds makes every write a server-side dry run, in every mode. The
-// Executor alone holds what writes. A type for the cluster that has no
-// method that writes is issue #29's still: for now that guarantee is the
-// client's transport, not the compiler.
+// calls Run or WriteFile does not compile), and the cluster it holds is a
+// kube.Reader (likewise). The Executor alone holds what writes; the
+// laptop's files, read through package os, are kept to reads by
+// internal/layering's TestStepsDoNotWrite.
 type Step interface {
 	// ID is stable kebab-case, unique within its phase; it is what logs,
 	// JSON events and tests refer to.
