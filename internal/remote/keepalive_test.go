@@ -134,6 +134,34 @@ func TestKeepAliveClosesASilentConnection(t *testing.T) {
 	}
 }
 
+// TestSilentWhileOpeningASession: a link that stops answering as a
+// command's session is being opened fails the command once the keepalives
+// give up, as a connection lost during it, with nothing of it run (so
+// nothing half-done); not, after a second wait, as a host that never
+// answered a new connection.
+func TestSilentWhileOpeningASession(t *testing.T) {
+	k := remote.KeepAlive{Interval: 100 * time.Millisecond, CountMax: 3}
+	c, silent := throughSilentProxy(t, sshtest.Start(t), k)
+	if _, err := c.Run(context.Background(), remote.Command("true")); err != nil {
+		t.Fatal(err)
+	}
+	silent.Store(true)
+	_, err := c.Run(context.Background(), remote.Command("touch", "x"))
+	var dropped *remote.DroppedError
+	var noAnswer *remote.NoAnswerError
+	if !errors.As(err, &dropped) || !errors.As(err, &noAnswer) {
+		t.Fatalf("err = %v (%T), want a DroppedError for no answer", err, err)
+	}
+	if dropped.MayBeHalfDone || dropped.Ran != 0 || !remote.IsUnreachable(err) {
+		t.Errorf("a command that never started: MayBeHalfDone %v, ran %v, unreachable %v", dropped.MayBeHalfDone, dropped.Ran, remote.IsUnreachable(err))
+	}
+	for _, want := range []string{"lost the connection to pv1-1 (127.0.0.1:", "during touch x: no answer from the host for"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q: %v", want, err)
+		}
+	}
+}
+
 // TestKeepAliveKeepsAnAnsweringConnection: a command much longer than
 // CountMax intervals runs to its end while sshd answers the keepalives.
 func TestKeepAliveKeepsAnAnsweringConnection(t *testing.T) {

@@ -365,11 +365,18 @@ func (c *Conn) Close() error {
 // (nothing has run yet, so this is always safe).
 func (c *Conn) session(ctx context.Context) (*ssh.Session, *link, error) {
 	if l := c.current(); l != nil {
-		if s, err := l.client.NewSession(); err == nil {
+		s, err := l.client.NewSession()
+		if err == nil {
 			return s, l, nil
-		} else {
-			c.log().Debug("ssh session failed; reconnecting", "host", c.t.Name, "err", err)
 		}
+		// The host went silent while the session was being opened: the
+		// keepalives have already waited for it, so a new connection
+		// would only wait again and then misname the failure as a host
+		// that never answered. Nothing has started on the host.
+		if lost := (&lostError{err: err, link: l, beforeStart: true}); lost.silent() {
+			return nil, nil, lost
+		}
+		c.log().Debug("ssh session failed; reconnecting", "host", c.t.Name, "err", err)
 	}
 	if err := c.reconnect(ctx); err != nil {
 		return nil, nil, err
@@ -397,7 +404,7 @@ func (c *Conn) Run(ctx context.Context, cmd Cmd) (Result, error) {
 	}
 	if errors.As(err, &lost) {
 		return res, &DroppedError{Host: c.t.Name, Addr: c.t.Addr, Cmd: c.redact(cmd.Display()), Ran: lost.ran,
-			MayBeHalfDone: !cmd.ReadOnly, Err: lost.cause()}
+			MayBeHalfDone: !cmd.ReadOnly && !lost.beforeStart, Err: lost.cause()}
 	}
 	return res, err
 }
@@ -408,6 +415,9 @@ type lostError struct {
 	ran  time.Duration
 	link *link
 	why  error // cause's answer, once asked
+	// beforeStart: the connection went before the command's session
+	// opened, so nothing of it ran.
+	beforeStart bool
 }
 
 func (e *lostError) Error() string { return e.err.Error() }
