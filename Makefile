@@ -3,7 +3,7 @@
 GO ?= go
 export GO
 
-.PHONY: all build deps drop-points test test-under-load vet bench demo lab-down clean
+.PHONY: all build deps drop-points test test-unit test-under-load vet bench demo lab-down clean
 
 all: build
 
@@ -20,16 +20,33 @@ vet:
 	cd lab/upstream && $(GO) mod verify >/dev/null
 	cd lab/certmanager && $(GO) vet ./... && for m in v*.mod; do $(GO) vet -modfile=$$m ./... || exit 1; done
 
+# How many of a test binary's lab tests run at once (t.Parallel): each
+# lab test runs in a lab of its own, and most of a lab test's time is
+# waiting (docs/testing.md has the figures).
+PARALLEL ?= 4
+export PARALLEL
+
 # Unit tests, then the lab's own tests, then the end-to-end tests of the
-# phases against the lab (these need root; without it they skip, saying why).
+# phases against the lab, with the binaries make build put in bin/. These
+# need root and OpenSSH's server: where they cannot run, make test fails
+# saying so rather than pass having tested nothing (make test-unit runs
+# the unit tests alone).
 test: vet
+	@[ "$$(id -u)" = 0 ] || { echo "make test runs the lab's tests, which need root: run hack/install-deps.sh as root, then make test as root (make test-unit runs the unit tests alone)" >&2; exit 1; }
+	@bash hack/build.sh all
 	$(GO) test -count=1 ./...
-	cd lab && $(GO) test -count=1 -timeout 60m ./...
+	cd lab && $(GO) test -count=1 -timeout 60m -parallel $(PARALLEL) ./...
+
+# The unit tests alone (-short: every test that needs a lab skips).
+test-unit: vet
+	$(GO) test -count=1 -short ./...
+	cd lab && $(GO) test -count=1 -short ./...
 
 # The lab's tests with a CPU hog on every core beside them, RUNS times
 # (default 3): what a busy shared CI runner does to timing.
 test-under-load:
-	RUNS=$${RUNS:-3} ./hack/under-load.sh sh -c 'cd lab && $(GO) test -count=1 -timeout 60m ./...'
+	@bash hack/build.sh all
+	RUNS=$${RUNS:-3} ./hack/under-load.sh sh -c 'cd lab && $(GO) test -count=1 -timeout 60m -parallel $(PARALLEL) ./...'
 
 # Benchmarks: the tool's own (real sshd on loopback), then a converged
 # apply and status against the lab (needs root; one lab, about a minute to
@@ -46,7 +63,10 @@ drop-points:
 deps:
 	@bash hack/install-deps.sh
 
-demo: deps build
+# The demo builds only what it runs (hack/build.sh demo), not what only
+# the tests need.
+demo: deps
+	@bash hack/build.sh demo
 	@./hack/demo.sh
 
 clean:

@@ -4,11 +4,32 @@
 # is kept in a log and shown only when a step fails: the first screen of a
 # cold `make demo` should be the project's, not `go: downloading` by the
 # hundred.
+#
+#   hack/build.sh demo   what `make demo` runs, in the order it needs it:
+#                        mgmtctl, the lab with its k3s and kubectl, then
+#                        upstream's cluster-api-operator and cert-manager at
+#                        the pinned chart's version
+#   hack/build.sh [all]  that, and what only the tests run: Helm's CLI,
+#                        clusterctl and the older cert-manager the lab's
+#                        chart repository serves (make build; the lab's
+#                        tests run it through lab/labtest)
+#
+# go build rebuilds only what changed, and an up-to-date binary is not even
+# relinked: a second run takes seconds. A lock on bin/ lets the lab's test
+# binaries (go test runs packages side by side) and make build run it at
+# once.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 GO=${GO:-go}
+set_=${1:-all}
+case "$set_" in
+  demo | all) ;;
+  *) echo "usage: hack/build.sh [demo|all]" >&2; exit 2 ;;
+esac
 bin="$root/bin"
 mkdir -p "$bin"
+exec 9>"$bin/.build.lock"
+flock 9
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -22,6 +43,22 @@ quiet() {
     echo "build: failed in ${dir#"$root"/}: $*" >&2
     exit 1
   fi
+}
+
+# step MESSAGE BINARY...: prints MESSAGE, with how long a cold build of it
+# took when one of BINARY is missing (the figures were measured on 2 cores
+# with empty Go caches: docs/testing.md), or "up to date" otherwise.
+step() {
+  local msg=$1 cold=$2
+  shift 2
+  local b
+  for b in "$@"; do
+    if [ ! -e "$bin/$b" ]; then
+      echo "building $msg: first run only, about $cold on 2 cores"
+      return
+    fi
+  done
+  echo "building $msg"
 }
 
 # The four modules: the tool's, the lab's, lab/upstream (upstream's
@@ -39,35 +76,46 @@ if [ "$cached" = no ]; then
   for m in "${modules[@]}"; do quiet "$m" "$GO" mod download; done
 fi
 
-# Versions are go.mod's: the operator and clusterctl are stamped with the
-# module versions they are built from, as upstream's release builds are.
+# Versions are go.mod's: the operator, clusterctl, cert-manager and Helm are
+# stamped with the module versions they are built from, as upstream's
+# release builds are.
 operator=$(cd "$root/lab/upstream" && "$GO" list -m -f '{{.Version}}' sigs.k8s.io/cluster-api-operator)
 clusterctl=$(cd "$root/lab/upstream" && "$GO" list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
 certmanager=$(cd "$root/lab/certmanager" && "$GO" list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)
+helm=$(cd "$root/lab" && "$GO" list -m -f '{{.Version}}' helm.sh/helm/v3)
 kube="-X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
 
-echo "building mgmtctl"
-quiet "$root" "$GO" build -o "$bin/mgmtctl" ./cmd/mgmtctl
-echo "building the lab's Kubernetes (k3s with its kube-apiserver, kubectl, labsim): first run only, about 4 minutes on 2 cores"
-quiet "$root/lab" "$GO" build -o "$bin/labsim" ./cmd/labsim
-quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/k3s" ./cmd/k3s
-quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/kubectl" ./cmd/kubectl
-echo "building upstream's cluster-api-operator $operator and clusterctl $clusterctl: first run only, about 3 minutes on 2 cores"
-quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=$operator" \
-  -o "$bin/cluster-api-operator-$operator" sigs.k8s.io/cluster-api-operator/cmd
-quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$clusterctl" \
-  -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
-# cert-manager at each version the lab's chart repository serves: go.mod's,
-# and the older ones through their own modfile (lab/certmanager/<v>.mod).
-# One binary per version, named per component by links (the kubelet runs
+# certmanager VERSION: cert-manager at VERSION, go.mod's or an older one
+# through its own modfile (lab/certmanager/<v>.mod). One binary per
+# version, named per component by links (the kubelet runs
 # bin/cert-manager-<component>-<version>).
-echo "building upstream's cert-manager $certmanager and older (controller, webhook, cainjector, startupapicheck in one binary): first run only, about 4 minutes on 2 cores"
-for v in "$certmanager" $(cd "$root/lab/certmanager" && ls v*.mod 2>/dev/null | sed 's/\.mod$//'); do
-  modfile=()
+build_certmanager() {
+  local v=$1 modfile=()
   [ "$v" = "$certmanager" ] || modfile=("-modfile=$v.mod")
   quiet "$root/lab/certmanager" "$GO" build "${modfile[@]}" -ldflags "-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$v" \
     -o "$bin/cert-manager-$v" .
   for c in controller webhook cainjector startupapicheck; do
     ln -sfn "cert-manager-$v" "$bin/cert-manager-$c-$v"
   done
-done
+}
+
+step mgmtctl "20 seconds" mgmtctl
+quiet "$root" "$GO" build -o "$bin/mgmtctl" ./cmd/mgmtctl
+step "the lab's Kubernetes (k3s with its kube-apiserver, kubectl, labsim)" "4 minutes" labsim k3s kubectl
+quiet "$root/lab" "$GO" build -o "$bin/labsim" ./cmd/labsim
+quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/k3s" ./cmd/k3s
+quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/kubectl" ./cmd/kubectl
+step "upstream's cluster-api-operator $operator" "1 minute" "cluster-api-operator-$operator"
+quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=$operator" \
+  -o "$bin/cluster-api-operator-$operator" sigs.k8s.io/cluster-api-operator/cmd
+step "upstream's cert-manager $certmanager (controller, webhook, cainjector, startupapicheck in one binary)" "2 minutes" "cert-manager-$certmanager"
+build_certmanager "$certmanager"
+[ "$set_" = all ] || exit 0
+
+# What only the tests run.
+older=$(cd "$root/lab/certmanager" && ls v*.mod 2>/dev/null | sed 's/\.mod$//' | tr '\n' ' ')
+step "for the tests: Helm's CLI $helm, upstream's clusterctl $clusterctl, cert-manager ${older% }" "3 minutes" helm clusterctl $(for v in $older; do echo "cert-manager-$v"; done)
+quiet "$root/lab" "$GO" build -ldflags "-X helm.sh/helm/v3/internal/version.version=$helm" -o "$bin/helm" helm.sh/helm/v3/cmd/helm
+quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$clusterctl" \
+  -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+for v in $older; do build_certmanager "$v"; done

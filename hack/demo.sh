@@ -25,6 +25,12 @@ echo
 echo "Read-only health check:"
 run status --tags "$tags"
 
+kc="$dir/laptop/home/.kube/lab-mgmt.kubeconfig"
+echo
+echo "The operator's own log, as a user reads it (kubectl logs, through the API server and the lab's kubelet):"
+echo "+ kubectl -n capi-operator-system logs deploy/cluster-api-operator --tail=6"
+"$bin/labsim" exec --dir "$dir" -- "$bin/kubectl" --kubeconfig "$kc" -n capi-operator-system logs deploy/cluster-api-operator --tail=6 | cut -c1-200
+
 cat <<MSG
 
 The lab is still up in $dir:
@@ -33,10 +39,12 @@ The lab is still up in $dir:
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt.kubeconfig \\
       get coreproviders,bootstrapproviders,controlplaneproviders,infrastructureproviders,ipamproviders -A
   $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt-ro.kubeconfig auth can-i get secrets
+  make build   # adds upstream's clusterctl (and what only the tests run) beside the demo's binaries, then:
   $bin/labsim exec --dir $dir -- env GOPROXY=off KUBECONFIG=$dir/laptop/home/.kube/lab-mgmt.kubeconfig $bin/clusterctl \
       generate cluster lab1 --infrastructure proxmox:v0.9.1 --kubernetes-version v1.35.9 \
       --control-plane-machine-count 1 --worker-machine-count 1 --list-variables
-  cat $dir/vms/110/upper/var/log/pods/capi-operator-system_cluster-api-operator/manager/0.log   # the operator's own log
+  $bin/labsim exec --dir $dir -- $bin/kubectl --kubeconfig $dir/laptop/home/.kube/lab-mgmt.kubeconfig \
+      -n capi-operator-system logs deploy/cluster-api-operator   # the operator's own log
   $bin/labsim exec --dir $dir -- ssh root@192.0.2.10 qm config 110
   $bin/labsim exec --dir $dir -- ssh -o UserKnownHostsFile=$dir/laptop/home/.config/mgmtctl/known_hosts ubuntu@192.0.2.50
 Tear it down with: $bin/labsim down --dir $dir

@@ -14,6 +14,7 @@ import (
 // touched; restore brings the object and the five providers back, and the
 // next apply changes nothing. No output holds the server token.
 func TestBackupRestore(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply(), "apply")
 	kubectl := func(args ...string) string { return e.adminKubectl(args...).Stdout }

@@ -68,6 +68,7 @@ const allProviders = "coreproviders,bootstrapproviders,controlplaneproviders,inf
 // go one at a time, and a wrong chart version fails with helm's words.
 // No output of any run holds the token secret.
 func TestFullRun(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	e.editConfig("  kubeconfig:", providersAt("v1.12.10", "v0.9.0")+"  kubeconfig:")
 	secret := e.secret()
@@ -298,6 +299,7 @@ func TestFullRun(t *testing.T) {
 // HelmChart (while it waits for the chart) converges on the next run,
 // which also applies the providers; the run after that changes nothing.
 func TestKilledDuringAddons(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
 	e.killWhen("addons,capi", filepath.Join(e.VMDisk(lab.VMID), "upper/var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml"), "the operator's HelmChart write")

@@ -13,6 +13,7 @@ import (
 // kubeconfigs and known_hosts entry with it, the image stays; a second
 // destroy is a no-op; apply builds a fresh VM.
 func TestDestroy(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm,k3s,kubeconfig,inspector"), "apply")
 	home := e.LaptopHome()

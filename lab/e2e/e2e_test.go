@@ -5,14 +5,12 @@ package e2e
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,32 +18,10 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
 
-var (
-	buildOnce sync.Once
-	mgmtctl   string
-	buildErr  error
-)
-
-// binary builds mgmtctl from the repository root once.
+// binary is mgmtctl as make build builds it (labtest.BinDir).
 func binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mgmtctl-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		mgmtctl = filepath.Join(dir, "mgmtctl")
-		cmd := exec.Command("go", "build", "-o", mgmtctl, "./cmd/mgmtctl")
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build mgmtctl: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return mgmtctl
+	return labtest.Mgmtctl(t)
 }
 
 type env struct {

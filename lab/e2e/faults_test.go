@@ -17,6 +17,7 @@ import (
 // the cause is gone, a plain apply resets the VM it created and never
 // reached, and converges.
 func TestVMThatNeverBoots(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if err := e.SetFault("fail-boot", "", true); err != nil {
 		t.Fatal(err)
@@ -52,6 +53,7 @@ func TestVMThatNeverBoots(t *testing.T) {
 // then fails with helm's message; with the fault gone, a plain apply
 // waits for the next retry and converges.
 func TestChartFailsThenRecovers(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
 	if err := e.SetFault("helm-fail", "cert-manager", true); err != nil {
@@ -76,6 +78,7 @@ func TestChartFailsThenRecovers(t *testing.T) {
 // vm phase gathers its facts, so a changed key stops the run before the
 // missing image is downloaded again; status exits 4 for it, as apply.
 func TestChangedVMKeyBeforeAnyChange(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm"), "apply")
 	kh := filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts")
@@ -111,6 +114,7 @@ func TestChangedVMKeyBeforeAnyChange(t *testing.T) {
 // script, which is in the debug log; nothing is left under the image's
 // name; the next apply converges.
 func TestDroppedDownload(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if err := e.SetFault("reset-download", "", true); err != nil {
 		t.Fatal(err)

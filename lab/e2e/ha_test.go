@@ -71,6 +71,7 @@ const readyNodes = `jsonpath={range .items[*]}{.metadata.name}={.status.conditio
 // server, and the next apply starts it and converges. A k3s version bump
 // rolls one server at a time, each Ready before the next is touched.
 func TestHA(t *testing.T) {
+	t.Parallel()
 	e := startHA(t)
 	r := e.apply()
 	mustSucceed(t, r, "first apply")
@@ -270,6 +271,7 @@ func stepOrder(t *testing.T, out, phase string) []string {
 // join it, and the providers stay Ready throughout, as probes through the
 // VIP during the growing apply see.
 func TestHAGrowth(t *testing.T) {
+	t.Parallel()
 	e := startHA(t)
 	b, err := os.ReadFile(e.ConfigPath())
 	if err != nil {

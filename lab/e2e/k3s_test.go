@@ -46,6 +46,7 @@ func lastJSON(t *testing.T, out string) map[string]any {
 }
 
 func TestK3sPhase(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	r := e.apply("--tags", "vm,k3s")
 	mustSucceed(t, r, "first apply")
@@ -116,6 +117,7 @@ func TestK3sPhase(t *testing.T) {
 // TestKilledDuringK3sInstall: a run killed while the installer runs
 // converges on the next run; the one after changes nothing.
 func TestKilledDuringK3sInstall(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm"), "vm")
 	e.killWhen("k3s", filepath.Join(e.VMDisk(lab.VMID), "upper/usr/local/bin/k3s"), "the k3s install")
@@ -132,6 +134,7 @@ func TestKilledDuringK3sInstall(t *testing.T) {
 // kubectl from the laptop; the inspector reads but cannot touch; re-runs
 // neither rewrite the files nor mint a token; no credential is printed.
 func TestKubeconfigAndInspector(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	tags := "vm,k3s,kubeconfig,inspector"
 	r := e.apply("--tags", tags, "--diff")
@@ -216,6 +219,7 @@ func TestKubeconfigAndInspector(t *testing.T) {
 // restart, logs its warning and the check names it. mgmtctl then puts
 // its own config.yaml back.
 func TestConfigTypoGuardFires(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
 	if got := e.skippedConfigKeys(); len(got) != 0 {

@@ -74,6 +74,7 @@ const jetstack, capiOperatorRepo = "https://charts.jetstack.io", "https://kubern
 // CAPMOX's credential check and the provider-never-ready fault, and
 // providers in the chart's values as its hooks.
 func TestLabChartsAndOperator(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm,k3s,kubeconfig"), "cluster")
 	// A failed attempt: klipper-helm's container exited 1; what helm

@@ -119,6 +119,7 @@ func (e *env) readOnlyRuns(t *testing.T, what string, wantPlan, wantStatus int) 
 // for byte as they found it, on a converged lab, a degraded one, one whose
 // VM was re-created and never reached, and one whose VM never booted.
 func TestPlanAndStatusWriteNothing(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply(), "apply")
 	// Converged: nothing pending (0), healthy (0).

@@ -54,6 +54,7 @@ func (e *env) clusterState() string {
 // secret, or a pin bumped without applying, it exits 1 and names exactly
 // that.
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply(), "apply")
 	before := e.clusterState()

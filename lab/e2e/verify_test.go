@@ -39,6 +39,7 @@ var capmoxTemplateVars = []string{
 // dry-run), describe cluster; a second run changed=0; the inspector's
 // permissions.
 func TestVerification(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply(), "first apply")
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {

@@ -10,6 +10,7 @@ import (
 // TestVMPhaseConverges: check changes nothing; apply converges; the second
 // apply reports changed=0.
 func TestVMPhaseConverges(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	before := e.pveState()
 	r := e.mgmtctl("plan", "--tags", "vm,k3s")
@@ -50,6 +51,7 @@ func TestVMPhaseConverges(t *testing.T) {
 }
 
 func TestVMDrift(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm"), "apply")
 
@@ -87,6 +89,7 @@ func TestVMDrift(t *testing.T) {
 }
 
 func TestVMIDTakenByAnotherVM(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.PVE("qm create 110 --name someone-else --memory 1024"), "qm create")
 	before := e.pveState()
@@ -104,6 +107,7 @@ func TestVMIDTakenByAnotherVM(t *testing.T) {
 }
 
 func TestCorruptImage(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if err := e.SetFault("corrupt-image", "", true); err != nil {
 		t.Fatal(err)
@@ -120,6 +124,7 @@ func TestCorruptImage(t *testing.T) {
 }
 
 func TestUnknownProxmoxHostKey(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	os.WriteFile(filepath.Join(e.LaptopHome(), ".ssh/known_hosts"), nil, 0o644)
 	r := e.apply("--tags", "vm")
@@ -132,6 +137,7 @@ func TestUnknownProxmoxHostKey(t *testing.T) {
 }
 
 func TestChangedVMHostKey(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	mustSucceed(t, e.apply("--tags", "vm"), "apply")
 	// Someone else's key for the VM's address: a changed key is refused.
@@ -162,6 +168,7 @@ func TestChangedVMHostKey(t *testing.T) {
 // TestKilledAfterCreate: a run killed right after qm create converges on
 // the next run, with one VM, and the run after that changes nothing.
 func TestKilledAfterCreate(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	e.killWhen("vm", filepath.Join(e.Pmxcfs(), "nodes/pve/qemu-server/110.conf"), "qm create")
 	r := e.apply("--tags", "vm")
@@ -181,6 +188,7 @@ func TestKilledAfterCreate(t *testing.T) {
 // as unreachable (exit 4) after bounded retries; once it is back, the run
 // converges.
 func TestProxmoxDropsOffTheNetwork(t *testing.T) {
+	t.Parallel()
 	e := start(t)
 	if err := e.SetFault("drop-connections", "pve", true); err != nil {
 		t.Fatal(err)

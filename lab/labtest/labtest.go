@@ -20,18 +20,14 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
 	"github.com/mgmtctl/mgmtctl/lab/internal/fixtures"
-	"github.com/mgmtctl/mgmtctl/lab/internal/klipperhelm"
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
 var (
 	buildOnce sync.Once
-	binPath   string
+	binDir    string
 	buildErr  error
 )
-
-// KubectlLDFlags stamps the Kubernetes version the lab is built from.
-const KubectlLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
 
 // Versions of upstream's binaries the lab builds from lab/upstream (as
 // hack/build.sh does): the module versions lab/upstream/go.mod requires,
@@ -48,7 +44,7 @@ var (
 	CertManagerVersions = catalog.ChartVersions("cert-manager")
 )
 
-// Kubectl is the path of the lab's kubectl (built with Binary).
+// Kubectl is the path of the lab's kubectl (built with BinDir).
 func Kubectl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "kubectl") }
 
 // Helm is the path of Helm's CLI, built from the Helm module the lab's
@@ -58,91 +54,82 @@ func Helm(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "
 // Clusterctl is the path of upstream's clusterctl (built with Binary).
 func Clusterctl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "clusterctl") }
 
-// thisDir is lab/labtest: the lab module is its parent, and lab/upstream,
-// the module upstream's binaries build in, is beside it.
+// thisDir is lab/labtest: the lab module is its parent, the repository's
+// root its grandparent.
 func thisDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Dir(file)
 }
 
-// Binary builds labsim (with the k3s simulator and kubectl beside it) once
-// and returns its path.
-func Binary(t testing.TB) string {
+// BinDir brings the repository's bin/ up to date once per test binary and
+// returns it: hack/build.sh, the same build `make build` runs, so the tests
+// run the binaries a user runs, built once for every test binary and for
+// the demo. go build rebuilds only what changed (an up-to-date binary is
+// not even relinked), and build.sh holds a lock on bin/ so that test
+// binaries run side by side (go test -p) do not build at once.
+func BinDir(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "labsim-bin-")
+		root, err := filepath.Abs(filepath.Join(thisDir(), "..", ".."))
 		if err != nil {
 			buildErr = err
 			return
 		}
-		// labsim finds the k3s simulator beside itself.
-		binPath = filepath.Join(dir, "labsim")
-		// The lab's own binaries, then upstream's operator (run by the
-		// lab's kubelet) and clusterctl, each in its module.
-		lab, upstream, cm := filepath.Join(thisDir(), ".."), filepath.Join(thisDir(), "..", "upstream"), filepath.Join(thisDir(), "..", "certmanager")
-		type build struct {
-			module, out, pkg, ldflags string
-			modfile                   string // go.mod's when empty
+		cmd := exec.Command("bash", filepath.Join(root, "hack", "build.sh"), "all")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("hack/build.sh: %v\n%s", err, out)
+			return
 		}
-		builds := []build{
-			{lab, binPath, "github.com/mgmtctl/mgmtctl/lab/cmd/labsim", KubectlLDFlags, ""},
-			{lab, filepath.Join(dir, "k3s"), "github.com/mgmtctl/mgmtctl/lab/cmd/k3s", KubectlLDFlags, ""},
-			{lab, filepath.Join(dir, "kubectl"), "github.com/mgmtctl/mgmtctl/lab/cmd/kubectl", KubectlLDFlags, ""},
-			{lab, filepath.Join(dir, "helm"), "helm.sh/helm/v3/cmd/helm", "-X helm.sh/helm/v3/internal/version.version=" + klipperhelm.HelmVersion, ""},
-			{upstream, filepath.Join(dir, "cluster-api-operator-"+OperatorVersion), "sigs.k8s.io/cluster-api-operator/cmd", "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=" + OperatorVersion, ""},
-			{upstream, filepath.Join(dir, "clusterctl"), "sigs.k8s.io/cluster-api/cmd/clusterctl", "-X sigs.k8s.io/cluster-api/version.gitVersion=" + ClusterctlVersion, ""},
-		}
-		// cert-manager's commands at each version the lab's chart
-		// repository serves (go.mod's, the others by their modfile):
-		// one binary, linked under each component's name.
-		for _, v := range CertManagerVersions {
-			modfile := ""
-			if v != CertManagerVersion {
-				modfile = v + ".mod"
-			}
-			builds = append(builds, build{cm, filepath.Join(dir, "cert-manager-"+v), ".",
-				"-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=" + v, modfile})
-		}
-		for _, b := range builds {
-			args := []string{"-C", b.module, "build", "-ldflags", b.ldflags, "-o", b.out}
-			if b.modfile != "" {
-				args = append(args, "-modfile="+b.modfile)
-			}
-			out, err := exec.Command("go", append(args, b.pkg)...).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-		for _, v := range CertManagerVersions {
-			for _, c := range []string{"controller", "webhook", "cainjector", "startupapicheck"} {
-				if err := os.Symlink("cert-manager-"+v, filepath.Join(dir, "cert-manager-"+c+"-"+v)); err != nil {
-					buildErr = err
-					return
-				}
-			}
-		}
+		binDir = filepath.Join(root, "bin")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return binPath
+	return binDir
 }
 
-// Skip skips t unless a lab can run here.
+// Binary is labsim's path in bin/ (the k3s simulator, upstream's
+// binaries and kubectl beside it), built with BinDir.
+func Binary(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(BinDir(t), "labsim")
+}
+
+// Mgmtctl is the tool's path in bin/, built with BinDir.
+func Mgmtctl(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(BinDir(t), "mgmtctl")
+}
+
+// Skip skips t under -short (the unit tests alone: make test-unit) and
+// fails it where a lab cannot run (not root, no network namespaces, no
+// OpenSSH server): a suite that skipped every lab test would pass having
+// tested nothing.
 func Skip(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the unit tests alone (make test-unit); this one runs in a lab")
+	}
+	if err := CanRun(); err != nil {
+		t.Fatalf("%v: run hack/install-deps.sh as root, then the tests as root (or make test-unit for the unit tests alone)", err)
+	}
+}
+
+// CanRun says why a lab cannot run here, or nil.
+func CanRun() error {
 	if os.Geteuid() != 0 {
-		t.Skip("the lab needs root (network namespaces and mounts)")
+		return fmt.Errorf("the lab needs root (network namespaces and mounts)")
 	}
 	for _, tool := range []string{"ip", "nft", "unshare", "nsenter", "ssh", "ssh-keygen", "/usr/sbin/sshd"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the lab needs %s (.ci/run installs it)", tool)
+			return fmt.Errorf("the lab needs %s", tool)
 		}
 	}
 	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
-		t.Skipf("no network namespaces here: %v %s", err, out)
+		return fmt.Errorf("no network namespaces here: %v %s", err, out)
 	}
+	return nil
 }
 
 // Lab is a running lab.

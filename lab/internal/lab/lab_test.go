@@ -28,6 +28,7 @@ qm create 110 --name lab-mgmt --cores 2 --memory 4096 --net0 virtio,bridge=vmbr0
   --ipconfig0 ip=192.0.2.50/24,gw=192.0.2.1 --nameserver 192.0.2.1 --tags mgmtctl`
 
 func TestPlainSSHToProxmox(t *testing.T) {
+	t.Parallel()
 	l := labtest.Start(t)
 	r := l.PVE("hostname; qm status 110")
 	if r.Code != 2 || r.Stdout != "pve\n" || r.Stderr != "Configuration file 'nodes/pve/qemu-server/110.conf' does not exist\n" {
@@ -81,6 +82,7 @@ func TestPlainSSHToProxmox(t *testing.T) {
 }
 
 func TestVMLifecycle(t *testing.T) {
+	t.Parallel()
 	l := labtest.Start(t)
 	if r := l.PVE(createVM); r.Code != 0 {
 		t.Fatalf("create: %+v", r)
@@ -156,6 +158,7 @@ func TestVMLifecycle(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	l := labtest.Start(t)
 	sum := func() string {
 		return l.PVE("curl -fsS https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img | sha256sum | cut -d' ' -f1").Stdout
@@ -193,6 +196,7 @@ func TestFaults(t *testing.T) {
 // TestDownAfterKilledDaemon: a lab whose daemon died still comes down
 // whole: no namespace, process, mount or file left.
 func TestDownAfterKilledDaemon(t *testing.T) {
+	t.Parallel()
 	labtest.Skip(t)
 	bin := labtest.Binary(t)
 	dir, _ := os.MkdirTemp("", "lab-")
@@ -234,6 +238,7 @@ func TestDownAfterKilledDaemon(t *testing.T) {
 // server's kubeconfig and certificate, the node Ready, upgrades and the
 // installer's change detection (docs/upstream.md §2.1-2.4).
 func TestK3s(t *testing.T) {
+	t.Parallel()
 	l := labtest.Start(t)
 	if r := l.PVE(createVM + "\nqm start 110"); r.Code != 0 {
 		t.Fatal(r)
@@ -410,6 +415,7 @@ func serverVersion(t *testing.T, l *labtest.Lab, kubeconfig string) string {
 // copy (local storage), and a VM created and started on any node boots on
 // the lab's network. Every node answers SSH and the Proxmox API.
 func TestProxmoxCluster(t *testing.T) {
+	t.Parallel()
 	l := labtest.StartNodes(t, 3)
 	nodes := l.Nodes()
 	if len(nodes) != 3 || nodes[1].Name != "pve2" || nodes[1].Addr != "192.0.2.11" {
@@ -458,6 +464,7 @@ func TestProxmoxCluster(t *testing.T) {
 // two, with two stopped it cannot, and a stopped server started again
 // rejoins. A join with another token is refused.
 func TestK3sHA(t *testing.T) {
+	t.Parallel()
 	l := labtest.StartNodes(t, 3)
 	kh := filepath.Join(l.LaptopHome(), "vm_known_hosts")
 	addr := func(i int) string { return fmt.Sprintf("192.0.2.%d", 50+i) }
