@@ -5,10 +5,9 @@
 # cold `make demo` should be the project's, not `go: downloading` by the
 # hundred.
 #
-#   hack/build.sh demo   what `make demo` runs, in the order it needs it:
-#                        mgmtctl, the lab with its k3s and kubectl, then
-#                        upstream's cluster-api-operator and cert-manager at
-#                        the pinned chart's version
+#   hack/build.sh demo   what `make demo` runs: mgmtctl, the lab with its
+#                        k3s and kubectl, upstream's cluster-api-operator
+#                        and cert-manager at the pinned chart's version
 #   hack/build.sh [all]  that, and what only the tests run: Helm's CLI,
 #                        clusterctl and the older cert-manager the lab's
 #                        chart repository serves (make build; the lab's
@@ -30,11 +29,15 @@ bin="$root/bin"
 mkdir -p "$bin"
 exec 9>"$bin/.build.lock"
 flock 9
+# The first build's time in minutes, per set, measured on 2 cores with empty
+# Go caches and the modules fetched (docs/testing.md).
+declare -A first_minutes=([demo]=13 [all]="13 (the demo's part) and a few more")
+declare -A runs=([demo]="the demo runs" [all]="the demo and the tests run")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-# quiet DIR CMD...: runs CMD in DIR with its output in the log; on failure
-# prints the log and stops.
+# quiet DIR CMD...: runs CMD in DIR with its output in the job's log; on
+# failure prints the log and ends the job.
 quiet() {
   local dir=$1
   shift
@@ -45,20 +48,25 @@ quiet() {
   fi
 }
 
-# step MESSAGE BINARY...: prints MESSAGE, with how long a cold build of it
-# took when one of BINARY is missing (the figures were measured on 2 cores
-# with empty Go caches: docs/testing.md), or "up to date" otherwise.
-step() {
-  local msg=$1 cold=$2
-  shift 2
-  local b
-  for b in "$@"; do
-    if [ ! -e "$bin/$b" ]; then
-      echo "building $msg: first run only, about $cold on 2 cores"
-      return
-    fi
+# side_by_side "WHAT|FUNCTION"...: runs each FUNCTION at once, each with a
+# log of its own, and says what each built and how long it took. One go
+# build keeps 2 cores busy only part of the time (links are single
+# threaded, large packages wait on their dependencies): the modules built
+# at once fill the gaps. Fails when one fails, once all have ended.
+side_by_side() {
+  local pids=() j p rc=0
+  for j in "$@"; do
+    (
+      log=$(mktemp)
+      trap 'rm -f "$log"' EXIT
+      t0=$SECONDS
+      "${j#*|}"
+      echo "  ${j%%|*}: $((SECONDS - t0)) s"
+    ) &
+    pids+=($!)
   done
-  echo "building $msg"
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  [ "$rc" = 0 ] || exit 1
 }
 
 # The four modules: the tool's, the lab's, lab/upstream (upstream's
@@ -99,23 +107,38 @@ build_certmanager() {
   done
 }
 
-step mgmtctl "20 seconds" mgmtctl
-quiet "$root" "$GO" build -o "$bin/mgmtctl" ./cmd/mgmtctl
-step "the lab's Kubernetes (k3s with its kube-apiserver, kubectl, labsim)" "4 minutes" labsim k3s kubectl
-quiet "$root/lab" "$GO" build -o "$bin/labsim" ./cmd/labsim
-quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/k3s" ./cmd/k3s
-quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/kubectl" ./cmd/kubectl
-step "upstream's cluster-api-operator $operator" "1 minute" "cluster-api-operator-$operator"
-quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=$operator" \
-  -o "$bin/cluster-api-operator-$operator" sigs.k8s.io/cluster-api-operator/cmd
-step "upstream's cert-manager $certmanager (controller, webhook, cainjector, startupapicheck in one binary)" "2 minutes" "cert-manager-$certmanager"
-build_certmanager "$certmanager"
-[ "$set_" = all ] || exit 0
-
-# What only the tests run.
+build_mgmtctl() { quiet "$root" "$GO" build -o "$bin/mgmtctl" ./cmd/mgmtctl; }
+build_lab() {
+  quiet "$root/lab" "$GO" build -o "$bin/labsim" ./cmd/labsim
+  quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/k3s" ./cmd/k3s
+  quiet "$root/lab" "$GO" build -ldflags "$kube" -o "$bin/kubectl" ./cmd/kubectl
+}
+build_operator() {
+  quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api-operator/version.gitVersion=$operator" \
+    -o "$bin/cluster-api-operator-$operator" sigs.k8s.io/cluster-api-operator/cmd
+}
+build_certmanager_pinned() { build_certmanager "$certmanager"; }
+build_helm() { quiet "$root/lab" "$GO" build -ldflags "-X helm.sh/helm/v3/internal/version.version=$helm" -o "$bin/helm" helm.sh/helm/v3/cmd/helm; }
+build_clusterctl() {
+  quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$clusterctl" \
+    -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+}
 older=$(cd "$root/lab/certmanager" && ls v*.mod 2>/dev/null | sed 's/\.mod$//' | tr '\n' ' ')
-step "for the tests: Helm's CLI $helm, upstream's clusterctl $clusterctl, cert-manager ${older% }" "3 minutes" helm clusterctl $(for v in $older; do echo "cert-manager-$v"; done)
-quiet "$root/lab" "$GO" build -ldflags "-X helm.sh/helm/v3/internal/version.version=$helm" -o "$bin/helm" helm.sh/helm/v3/cmd/helm
-quiet "$root/lab/upstream" "$GO" build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$clusterctl" \
-  -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
-for v in $older; do build_certmanager "$v"; done
+build_certmanager_older() { for v in $older; do build_certmanager "$v"; done; }
+
+# What the demo runs, then what only the tests run.
+wanted=(mgmtctl labsim k3s kubectl "cluster-api-operator-$operator" "cert-manager-$certmanager")
+[ "$set_" = demo ] || wanted+=(helm clusterctl $(for v in $older; do echo "cert-manager-$v"; done))
+missing=no
+for b in "${wanted[@]}"; do [ -e "$bin/$b" ] || missing=yes; done
+if [ "$missing" = yes ]; then
+  echo "building from source what ${runs[$set_]}, side by side: the first time on a machine about ${first_minutes[$set_]} minutes on 2 cores, seconds later on"
+else
+  echo "bringing bin/ up to date (go build rebuilds only what changed)"
+fi
+jobs=("mgmtctl|build_mgmtctl" "the lab's Kubernetes (labsim, k3s with its kube-apiserver, kubectl)|build_lab"
+  "upstream's cluster-api-operator $operator|build_operator"
+  "upstream's cert-manager $certmanager (controller, webhook, cainjector, startupapicheck in one binary)|build_certmanager_pinned")
+[ "$set_" = demo ] || jobs+=("Helm's CLI $helm, for the tests|build_helm" "upstream's clusterctl $clusterctl, for the tests|build_clusterctl"
+  "cert-manager ${older% }, for the tests|build_certmanager_older")
+side_by_side "${jobs[@]}"
