@@ -1,8 +1,9 @@
-// Package labtest gives end-to-end tests a running lab. The lab is built
-// once per test binary from this module's labsim and removed when the test
-// ends; with LABSIM_KEEP=1 a failed test's lab is left up and its directory
-// printed. Tests skip, saying why, where a lab cannot run (not root, no
-// network namespaces, no OpenSSH server).
+// Package labtest gives end-to-end tests a running lab, one per test,
+// removed when the test ends; with LABSIM_KEEP=1 a failed test's lab is
+// left up and its directory printed. Its binaries are the repository's
+// bin/, brought up to date once per test binary by hack/build.sh. Under
+// -short a lab test skips; where a lab cannot run (not root, no network
+// namespaces, no OpenSSH server) it fails, saying why.
 package labtest
 
 import (
@@ -18,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mgmtctl/mgmtctl/lab/internal/catalog"
-	"github.com/mgmtctl/mgmtctl/lab/internal/fixtures"
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
@@ -29,29 +28,14 @@ var (
 	buildErr  error
 )
 
-// Versions of upstream's binaries the lab builds from lab/upstream (as
-// hack/build.sh does): the module versions lab/upstream/go.mod requires,
-// which the lab's CRDs are taken at too.
-var (
-	OperatorVersion   = fixtures.Operator.Version
-	ClusterctlVersion = fixtures.ClusterAPI.Version
-	// CertManagerVersion is the cert-manager lab/certmanager/go.mod
-	// requires; CertManagerVersions all the versions the lab's chart
-	// repository serves, whose controllers the lab builds (the others
-	// with lab/certmanager/<version>.mod), stamped as upstream's release
-	// build stamps them (pkg/util.AppVersion).
-	CertManagerVersion  = fixtures.CertManager.Version
-	CertManagerVersions = catalog.ChartVersions("cert-manager")
-)
-
 // Kubectl is the path of the lab's kubectl (built with BinDir).
 func Kubectl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "kubectl") }
 
 // Helm is the path of Helm's CLI, built from the Helm module the lab's
-// klipper-helm links (built with Binary).
+// klipper-helm links (built with BinDir).
 func Helm(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "helm") }
 
-// Clusterctl is the path of upstream's clusterctl (built with Binary).
+// Clusterctl is the path of upstream's clusterctl (built with BinDir).
 func Clusterctl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "clusterctl") }
 
 // thisDir is lab/labtest: the lab module is its parent, the repository's
