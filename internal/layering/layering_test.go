@@ -51,6 +51,8 @@ var allowed = map[string][]string{
 	"localfile":   nil,
 	"layering":    nil,
 	"standalone":  nil,
+	// A developer's tool: summarises go test -json (docs/testing.md).
+	"hack/testtimes": nil,
 	// Test helpers.
 	"steptest":          {"step", "effect", "remote", "kube"},
 	"remote/sshtest":    nil,
