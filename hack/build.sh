@@ -29,9 +29,9 @@ bin="$root/bin"
 mkdir -p "$bin"
 exec 9>"$bin/.build.lock"
 flock 9
-# The first build's time in minutes, per set, measured on 2 cores with empty
+# The first build's time, per set, measured on 2 cores with empty
 # Go caches and the modules fetched (docs/testing.md).
-declare -A first_minutes=([demo]=11 [all]="11 (the demo's part) and a few more")
+declare -A first_time=([demo]="about 11 minutes" [all]="about 11 minutes for the demo's part and a few more for the tests'")
 declare -A runs=([demo]="the demo runs" [all]="the demo and the tests run")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -127,7 +127,7 @@ wanted=(mgmtctl labsim k3s kubectl "cluster-api-operator-$operator" "cert-manage
 missing=no
 for b in "${wanted[@]}"; do [ -e "$bin/$b" ] || missing=yes; done
 if [ "$missing" = yes ]; then
-  echo "building from source what ${runs[$set_]}: the first time on a machine about ${first_minutes[$set_]} minutes on 2 cores, seconds later on"
+  echo "building from source what ${runs[$set_]}: the first time on a machine ${first_time[$set_]} on 2 cores, seconds later on"
 else
   echo "bringing bin/ up to date (go build rebuilds only what changed)"
 fi
