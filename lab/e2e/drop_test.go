@@ -124,16 +124,17 @@ func TestDropDuringK3sInstall(t *testing.T) {
 	// half-done; where the drop beat the opening of the command's session
 	// (the test reacts to the progress event), nothing of it ran, and the
 	// run says the link went during it, and no more.
+	out := d.Stdout + d.Stderr
 	want := []string{"lost the connection to lab-mgmt (192.0.2.50:22)", "next: check the network to lab-mgmt (192.0.2.50), then run the same command again"}
-	if strings.Contains(d.Stdout+d.Stderr, "during install k3s v1.35.7+k3s1") {
-		if strings.Contains(d.Stdout+d.Stderr, "may have stopped part of the way") {
+	if strings.Contains(out, "during install k3s v1.35.7+k3s1") {
+		if strings.Contains(out, "may have stopped part of the way") {
 			t.Error("a command that never started is said to be half-done")
 		}
 	} else {
 		want = append(want, "into install k3s v1.35.7+k3s1", "may have stopped part of the way")
 	}
 	for _, w := range want {
-		if !strings.Contains(d.Stdout+d.Stderr, w) {
+		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q", w)
 		}
 	}

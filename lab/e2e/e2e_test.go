@@ -18,12 +18,6 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
 
-// binary is mgmtctl as make build builds it (labtest.BinDir).
-func binary(t testing.TB) string {
-	t.Helper()
-	return labtest.Mgmtctl(t)
-}
-
 type env struct {
 	*labtest.Lab
 	t   testing.TB
@@ -35,7 +29,7 @@ type env struct {
 
 func start(t *testing.T) *env {
 	labtest.Skip(t)
-	bin := binary(t)
+	bin := labtest.Mgmtctl(t)
 	e := &env{Lab: labtest.Start(t), t: t, bin: bin}
 	t.Cleanup(e.noSkippedConfigKeys)
 	return e
@@ -79,7 +73,7 @@ func (e *env) skippedConfigKeys() []string {
 // startBench is start for a benchmark.
 func startBench(b *testing.B) *env {
 	labtest.Skip(b)
-	bin := binary(b)
+	bin := labtest.Mgmtctl(b)
 	return &env{Lab: labtest.Start(b), t: b, bin: bin}
 }
 

@@ -18,7 +18,7 @@ import (
 // its highly available config.
 func startHA(t testing.TB) *env {
 	labtest.Skip(t)
-	bin := binary(t)
+	bin := labtest.Mgmtctl(t)
 	l := labtest.StartNodes(t, 3)
 	b, err := os.ReadFile(l.HAConfigPath())
 	if err != nil {

@@ -29,14 +29,14 @@ var (
 )
 
 // Kubectl is the path of the lab's kubectl (built with BinDir).
-func Kubectl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "kubectl") }
+func Kubectl(t testing.TB) string { return filepath.Join(BinDir(t), "kubectl") }
 
 // Helm is the path of Helm's CLI, built from the Helm module the lab's
 // klipper-helm links (built with BinDir).
-func Helm(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "helm") }
+func Helm(t testing.TB) string { return filepath.Join(BinDir(t), "helm") }
 
 // Clusterctl is the path of upstream's clusterctl (built with BinDir).
-func Clusterctl(t testing.TB) string { return filepath.Join(filepath.Dir(Binary(t)), "clusterctl") }
+func Clusterctl(t testing.TB) string { return filepath.Join(BinDir(t), "clusterctl") }
 
 // thisDir is lab/labtest: the lab module is its parent, the repository's
 // root its grandparent.
