@@ -15,6 +15,7 @@ build:
 	@bash hack/build.sh
 
 vet:
+	bash hack/modules-aligned.sh
 	$(GO) vet ./...
 	cd lab && $(GO) vet ./...
 	cd lab/upstream && $(GO) mod verify >/dev/null
@@ -70,7 +71,7 @@ demo: deps
 	@./hack/demo.sh
 
 clean:
-	rm -rf $(BIN)
+	rm -rf bin
 
 lab-down:
 	bin/labsim down --dir .lab
