@@ -1,9 +1,9 @@
 // Package catalog is what the lab's internet has released: the Helm
 // charts (cert-manager, cluster-api-operator) with their versions, and the
 // Cluster API providers clusterctl knows by name, with their release
-// assets. The mirror serves it; the simulated helm-controller and
-// cluster-api-operator resolve against it, as the real ones resolve
-// against the real sites.
+// assets. The mirror serves it; upstream's helm-controller (klipper-helm's
+// Helm, in the helm Jobs' pods) and cluster-api-operator, which the lab
+// runs, resolve against it, as they resolve against the real sites.
 package catalog
 
 import (

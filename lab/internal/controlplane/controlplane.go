@@ -5,8 +5,10 @@
 // client certificate, leader-elected across servers by their own Leases
 // (kube-system/kube-controller-manager and kube-system/kube-scheduler).
 //
-// The flags are k3s's (k3s-io/k3s pkg/daemons/control/server.go,
-// controllerManager() and scheduler(), v1.3x): the controllers
+// The flags are k3s's (k3s-io/k3s v1.35.7+k3s1
+// pkg/daemons/control/server.go, controllerManager() and scheduler());
+// the binaries are Kubernetes v1.36.3's (the lab module's k8s.io/kubernetes,
+// cmd/kube-controller-manager/app and cmd/kube-scheduler/app): the controllers
 // "*,tokencleaner" less the cloud controllers k3s's own cloud controller
 // manager runs ("-service,-route,-cloud-node-lifecycle"), node CIDRs
 // allocated from the cluster CIDR, every controller with its own

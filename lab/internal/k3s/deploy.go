@@ -54,8 +54,8 @@ spec:
 
 var addonGVR = schema.GroupVersionResource{Group: "k3s.cattle.io", Version: "v1", Resource: "addons"}
 
-// deployer is k3s's deploy controller (k3s pkg/deploy/controller.go,
-// docs/upstream.md §2.5): it applies the
+// deployer is k3s's deploy controller (k3s-io/k3s v1.35.7+k3s1
+// pkg/deploy/controller.go and pkg/deploy/stage.go, docs/upstream.md §2.5): it applies the
 // files in the manifests directory, on start and when a file's mtime
 // changes, rescanning every 15 s, and tracks each file as an Addon named
 // after the file's base name up to the first '.'.

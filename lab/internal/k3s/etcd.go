@@ -27,7 +27,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The datastore. Upstream k3s keeps a lone server's data in SQLite
+// The datastore, after k3s-io/k3s v1.35.7+k3s1 pkg/etcd/etcd.go (the
+// embedded member: cluster-init, join, reset), pkg/etcd/snapshot.go and
+// pkg/cli/etcdsnapshot (snapshots under server/db/snapshots) and
+// pkg/cluster/storage.go (the token's bootstrap data). Upstream k3s keeps
+// a lone server's data in SQLite
 // (kine, server/db/state.db) unless it runs with cluster-init, which makes
 // it an embedded etcd (server/db/etcd); an existing SQLite datastore is
 // converted when the server restarts with cluster-init, and once etcd,

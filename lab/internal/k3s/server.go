@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,124 +55,6 @@ const (
 	clusterCIDR = "10.42.0.0/16"
 	serviceCIDR = "10.43.0.0/16"
 )
-
-// Config is what k3s reads from config.yaml (CLI flag names without --).
-type Config struct {
-	TLSSAN              []string `json:"tls-san"`
-	Disable             []string `json:"disable"`
-	WriteKubeconfigMode string   `json:"write-kubeconfig-mode"`
-	NodeIP              string   `json:"node-ip"`
-	ClusterInit         bool     `json:"cluster-init"`
-	Server              string   `json:"server"`
-	Token               string   `json:"token"`
-	TokenFile           string   `json:"token-file"`
-	// Unknown are the keys k3s has no flag for, in file order.
-	Unknown []string `json:"-"`
-}
-
-// warnUnknown logs, as k3s's configfilearg parser does for a config.yaml
-// key that is no flag, one warning per key, and skips it: k3s
-// pkg/configfilearg/parser.go, FilterArgs: logrus.Warnf("Unknown flag %s
-// found in config.yaml, skipping\n", ...) with the flag as "--key"
-// (k3s-io/k3s #4509, #6756), in logrus's text format.
-func warnUnknown(log io.Writer, keys []string, now time.Time) {
-	for _, k := range keys {
-		fmt.Fprintf(log, "time=%q level=warning msg=%q\n", now.UTC().Format(time.RFC3339), "Unknown flag --"+k+" found in config.yaml, skipping")
-	}
-}
-
-// serverFlagNames are the flags of `k3s server` (docs.k3s.io
-// cli/server); config.yaml keys are flag names, optionally suffixed with
-// "+" to append to a list.
-var serverFlagNames = strings.Fields(`config debug v vmodule log alsologtostderr bind-address https-listen-port
-advertise-address advertise-port tls-san tls-san-security data-dir cluster-cidr service-cidr
-service-node-port-range cluster-dns cluster-domain flannel-backend flannel-ipv6-masq
-flannel-external-ip egress-selector-mode servicelb-namespace write-kubeconfig o
-write-kubeconfig-mode write-kubeconfig-group token t token-file agent-token agent-token-file
-server s cluster-init cluster-reset cluster-reset-restore-path kube-apiserver-arg etcd-arg
-kube-controller-manager-arg kube-scheduler-arg kube-cloud-controller-manager-arg
-datastore-endpoint datastore-cafile datastore-certfile datastore-keyfile etcd-expose-metrics
-etcd-disable-snapshots etcd-snapshot-name etcd-snapshot-schedule-cron etcd-snapshot-retention
-etcd-snapshot-dir etcd-snapshot-compress etcd-s3 etcd-s3-endpoint etcd-s3-endpoint-ca
-etcd-s3-skip-ssl-verify etcd-s3-access-key etcd-s3-secret-key etcd-s3-bucket etcd-s3-region
-etcd-s3-folder etcd-s3-proxy etcd-s3-config-secret etcd-s3-insecure etcd-s3-timeout
-default-local-storage-path disable disable-scheduler disable-cloud-controller
-disable-kube-proxy disable-network-policy disable-helm-controller embedded-registry
-supervisor-metrics node-name with-node-id node-label node-taint image-credential-provider-bin-dir
-image-credential-provider-config docker container-runtime-endpoint default-runtime
-image-service-endpoint disable-default-registry-endpoint nonroot-devices pause-image snapshotter
-private-registry system-default-registry node-ip node-external-ip node-internal-dns
-node-external-dns resolv-conf flannel-iface flannel-conf flannel-cni-conf-dir flannel-cni-conf
-vpn-auth vpn-auth-file kubelet-arg kube-proxy-arg protect-kernel-defaults secrets-encryption
-secrets-encryption-provider enable-pprof rootless prefer-bundled-bin selinux lb-server-port
-disable-apiserver disable-controller-manager disable-etcd kube-apiserver-arg airgap-extra-registry`)
-
-func knownServerFlag(key string) bool {
-	key = strings.TrimSuffix(key, "+")
-	for _, f := range serverFlagNames {
-		if f == key {
-			return true
-		}
-	}
-	return false
-}
-
-// LoadConfig reads config.yaml; repeatable flags accept a list or a
-// single string, as k3s does.
-func LoadConfig(path string) (Config, error) {
-	var c Config
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return c, nil
-	}
-	if err != nil {
-		return c, err
-	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return c, fmt.Errorf("parse %s: %w", path, err)
-	}
-	list := func(v any) []string {
-		switch t := v.(type) {
-		case string:
-			return strings.Split(t, ",")
-		case []any:
-			var out []string
-			for _, e := range t {
-				out = append(out, fmt.Sprint(e))
-			}
-			return out
-		}
-		return nil
-	}
-	c.TLSSAN = list(raw["tls-san"])
-	c.Disable = list(raw["disable"])
-	if v, ok := raw["write-kubeconfig-mode"]; ok {
-		c.WriteKubeconfigMode = fmt.Sprint(v)
-	}
-	if v, ok := raw["node-ip"]; ok {
-		c.NodeIP = fmt.Sprint(v)
-	}
-	if v, ok := raw["server"]; ok {
-		c.Server = fmt.Sprint(v)
-	}
-	if v, ok := raw["cluster-init"]; ok {
-		c.ClusterInit = fmt.Sprint(v) == "true"
-	}
-	if v, ok := raw["token"]; ok {
-		c.Token = fmt.Sprint(v)
-	}
-	if v, ok := raw["token-file"]; ok {
-		c.TokenFile = fmt.Sprint(v)
-	}
-	for k := range raw {
-		if !knownServerFlag(k) {
-			c.Unknown = append(c.Unknown, k)
-		}
-	}
-	sort.Strings(c.Unknown)
-	return c, nil
-}
 
 // nodeIP is the node's address as k3s chooses it without --node-ip: the
 // address of the interface that holds the default route (k3s takes the
@@ -223,50 +103,6 @@ func writeFile(p string, b []byte, mode os.FileMode) error {
 
 func logf(w io.Writer, format string, args ...any) {
 	fmt.Fprintf(w, "time=%q level=info msg=%q\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
-}
-
-// serverFlags are the command-line flags of `k3s server` the lab reads;
-// it takes the rest of its configuration from config.yaml.
-type serverFlags struct {
-	clusterInit, clusterReset bool
-	restorePath               string
-	token, tokenFile          string
-	server                    string
-}
-
-func parseServerFlags(args []string) (serverFlags, error) {
-	var f serverFlags
-	for i := 0; i < len(args); i++ {
-		k, v, has := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
-		value := func() string {
-			if !has && i+1 < len(args) {
-				i++
-				return args[i]
-			}
-			return v
-		}
-		switch k {
-		case "cluster-init":
-			f.clusterInit = !has || v == "true"
-		case "cluster-reset":
-			f.clusterReset = !has || v == "true"
-		case "cluster-reset-restore-path":
-			f.restorePath = value()
-		case "token", "t":
-			f.token = value()
-		case "token-file":
-			f.tokenFile = value()
-		case "server", "s":
-			f.server = value()
-		}
-		// Other flags (--disable, --tls-san, ...) are config.yaml's
-		// business in the lab: a flag-with-value not known here keeps its
-		// value attached (--flag=value), as the installer writes them.
-	}
-	if f.restorePath != "" && !f.clusterReset {
-		return f, errors.New("invalid flag use; --cluster-reset required with --cluster-reset-restore-path")
-	}
-	return f, nil
 }
 
 // Server runs `k3s server` until SIGTERM; with --cluster-reset it resets
@@ -325,30 +161,12 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 
-	serverCA, err := pki.LoadOrCreate(filepath.Join(tls, "server-ca"))
+	ca, err := loadCAs(tls)
 	if err != nil {
 		return err
 	}
-	clientCA, err := pki.LoadOrCreate(filepath.Join(tls, "client-ca"))
-	if err != nil {
-		return err
-	}
-	// The front proxy's CA (k3s's request-header-ca): the API server
-	// publishes it in kube-system/extension-apiserver-authentication, where
-	// the controller manager and the scheduler read it to authenticate
-	// requests to their secure ports.
-	requestHeaderCA, err := pki.LoadOrCreate(filepath.Join(tls, "request-header-ca"))
-	if err != nil {
-		return err
-	}
-	saKey := filepath.Join(tls, "service.key")
-	if _, err := os.Stat(saKey); err != nil {
-		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		der, _ := x509.MarshalECPrivateKey(k)
-		if err := writeFile(saKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-			return err
-		}
-	}
+	// The CAs and the service account key go into the datastore's
+	// bootstrap data, from which a joining server takes them.
 	if !found {
 		if err := storeBootstrap(bctx, token, tls); err != nil {
 			return err
@@ -357,69 +175,13 @@ func Server(args []string, log io.Writer) error {
 	if err := writeToken(token); err != nil {
 		return err
 	}
-	names, ips := SANs(hostname, ip, cfg.TLSSAN)
-	servCert, servKey, err := serverCA.Issue("k3s", names, ips)
+	certs, err := issueCerts(tls, ca, hostname, ip, cfg.TLSSAN)
 	if err != nil {
 		return err
 	}
-	if err := writeKeyPair(tls, "serving-kube-apiserver", servCert, servKey); err != nil {
-		return err
-	}
-	adminCert, adminKey, err := adminClient(tls, clientCA)
-	if err != nil {
-		return err
-	}
-	// The API server's client certificate for the kubelets (user
-	// kube-apiserver, as k3s's client-kube-apiserver.crt), and this
-	// node's kubelet serving certificate (k3s's serving-kubelet.crt).
-	kubeletClientCert, kubeletClientKey, err := clientCA.IssueClient("kube-apiserver", nil)
-	if err != nil {
-		return err
-	}
-	if err := writeKeyPair(tls, "client-kube-apiserver", kubeletClientCert, kubeletClientKey); err != nil {
-		return err
-	}
-	proxyCert, proxyKey, err := requestHeaderCA.IssueClient("system:auth-proxy", nil)
-	if err != nil {
-		return err
-	}
-	if err := writeKeyPair(tls, "client-auth-proxy", proxyCert, proxyKey); err != nil {
-		return err
-	}
-	kubeletCert, kubeletKey, err := serverCA.Issue(hostname, []string{hostname, "localhost"}, []net.IP{net.ParseIP(ip), net.ParseIP("127.0.0.1")})
-	if err != nil {
-		return err
-	}
+	serverCA, clientCA, saKey := ca.server, ca.client, ca.serviceKey
 
-	apiArgs := []string{
-		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address=0.0.0.0", "--secure-port=" + port, "--advertise-address=" + ip,
-		"--tls-cert-file=" + filepath.Join(tls, "serving-kube-apiserver.crt"),
-		"--tls-private-key-file=" + filepath.Join(tls, "serving-kube-apiserver.key"),
-		"--client-ca-file=" + filepath.Join(tls, "client-ca", "ca.crt"),
-		"--service-account-key-file=" + saKey, "--service-account-signing-key-file=" + saKey,
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--api-audiences=https://kubernetes.default.svc.cluster.local,k3s",
-		"--authorization-mode=Node,RBAC", "--anonymous-auth=false",
-		"--service-cluster-ip-range=" + serviceCIDR, "--allow-privileged=true",
-		"--enable-admission-plugins=NodeRestriction",
-		"--profiling=false", "--cert-dir=" + filepath.Join(tls, "temporary-certs"),
-		// How it reaches the kubelets (kubectl logs): k3s's flags.
-		"--kubelet-certificate-authority=" + filepath.Join(tls, "server-ca", "ca.crt"),
-		"--kubelet-client-certificate=" + filepath.Join(tls, "client-kube-apiserver.crt"),
-		"--kubelet-client-key=" + filepath.Join(tls, "client-kube-apiserver.key"),
-		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
-		"--requestheader-client-ca-file=" + filepath.Join(tls, "request-header-ca", "ca.crt"),
-		"--requestheader-allowed-names=system:auth-proxy",
-		"--proxy-client-cert-file=" + filepath.Join(tls, "client-auth-proxy.crt"),
-		"--proxy-client-key-file=" + filepath.Join(tls, "client-auth-proxy.key"),
-		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--requestheader-group-headers=X-Remote-Group",
-		"--requestheader-username-headers=X-Remote-User",
-		// No kube-proxy routes Service ClusterIPs here, so the API server
-		// reaches webhook Services through their EndpointSlices.
-		"--enable-aggregator-routing=true",
-	}
+	apiArgs := apiServerArgs(tls, ip, saKey)
 	apiArgs = append(apiArgs, reportReleaseVersion(Version())...)
 	apiDone := make(chan int, 1)
 	go func() {
@@ -429,7 +191,7 @@ func Server(args []string, log io.Writer) error {
 	}()
 
 	rc := &rest.Config{Host: "https://127.0.0.1:" + port, TLSClientConfig: rest.TLSClientConfig{
-		CAData: serverCA.CertPEM, CertData: adminCert, KeyData: adminKey},
+		CAData: serverCA.CertPEM, CertData: certs.adminCert, KeyData: certs.adminKey},
 		// k3s's own controllers are not throttled like a client (the
 		// default 5 QPS made every reconcile pass take seconds).
 		QPS: 200, Burst: 400}
@@ -442,7 +204,7 @@ func Server(args []string, log io.Writer) error {
 	if err := waitReady(ctx, cs, apiDone); err != nil {
 		return err
 	}
-	if err := writeKubeconfig(cfg, serverCA.CertPEM, adminCert, adminKey); err != nil {
+	if err := writeKubeconfig(cfg, serverCA.CertPEM, certs.adminCert, certs.adminKey); err != nil {
 		return err
 	}
 	logf(log, "Wrote kubeconfig %s", KubeConfig)
@@ -502,7 +264,7 @@ func Server(args []string, log io.Writer) error {
 	clientPool := x509.NewCertPool()
 	clientPool.AddCert(clientCA.Cert)
 	go func() {
-		if err := kl.Serve(ctx, kubelet.Serving{Cert: kubeletCert, Key: kubeletKey, ClientCA: clientPool}); err != nil {
+		if err := kl.Serve(ctx, kubelet.Serving{Cert: certs.kubeletCert, Key: certs.kubeletKey, ClientCA: clientPool}); err != nil {
 			logf(log, "kubelet API: %v", err)
 		}
 	}()
@@ -524,6 +286,120 @@ func Server(args []string, log io.Writer) error {
 		return fmt.Errorf("kube-apiserver exited %d", code)
 	case err := <-cpDone:
 		return err
+	}
+}
+
+// cas are the cluster's CAs and its service account key, as k3s keeps
+// them under server/tls: created by the first server, taken from the
+// bootstrap data by a joining one (loadBootstrap, before this).
+type cas struct {
+	server, client, requestHeader *pki.CA
+	serviceKey                    string // the key file's path
+}
+
+func loadCAs(tls string) (cas, error) {
+	var c cas
+	var err error
+	if c.server, err = pki.LoadOrCreate(filepath.Join(tls, "server-ca")); err != nil {
+		return c, err
+	}
+	if c.client, err = pki.LoadOrCreate(filepath.Join(tls, "client-ca")); err != nil {
+		return c, err
+	}
+	// The front proxy's CA (k3s's request-header-ca): the API server
+	// publishes it in kube-system/extension-apiserver-authentication, where
+	// the controller manager and the scheduler read it to authenticate
+	// requests to their secure ports.
+	if c.requestHeader, err = pki.LoadOrCreate(filepath.Join(tls, "request-header-ca")); err != nil {
+		return c, err
+	}
+	c.serviceKey = filepath.Join(tls, "service.key")
+	if _, err := os.Stat(c.serviceKey); err != nil {
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		der, _ := x509.MarshalECPrivateKey(k)
+		if err := writeFile(c.serviceKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// certs are what this server issues itself at each start, as k3s does
+// (pkg/daemons/control/deps/deps.go): the API server's serving
+// certificate, the admin's client, the API server's client for the
+// kubelets, the front proxy's client, and the kubelet's serving
+// certificate; the ones the process keeps in memory are returned.
+type certs struct {
+	adminCert, adminKey     []byte
+	kubeletCert, kubeletKey []byte
+}
+
+func issueCerts(tls string, ca cas, hostname, ip string, tlsSAN []string) (certs, error) {
+	var c certs
+	names, ips := SANs(hostname, ip, tlsSAN)
+	servCert, servKey, err := ca.server.Issue("k3s", names, ips)
+	if err != nil {
+		return c, err
+	}
+	if err := writeKeyPair(tls, "serving-kube-apiserver", servCert, servKey); err != nil {
+		return c, err
+	}
+	if c.adminCert, c.adminKey, err = adminClient(tls, ca.client); err != nil {
+		return c, err
+	}
+	// The API server's client certificate for the kubelets (user
+	// kube-apiserver, as k3s's client-kube-apiserver.crt), and this
+	// node's kubelet serving certificate (k3s's serving-kubelet.crt).
+	kubeletClientCert, kubeletClientKey, err := ca.client.IssueClient("kube-apiserver", nil)
+	if err != nil {
+		return c, err
+	}
+	if err := writeKeyPair(tls, "client-kube-apiserver", kubeletClientCert, kubeletClientKey); err != nil {
+		return c, err
+	}
+	proxyCert, proxyKey, err := ca.requestHeader.IssueClient("system:auth-proxy", nil)
+	if err != nil {
+		return c, err
+	}
+	if err := writeKeyPair(tls, "client-auth-proxy", proxyCert, proxyKey); err != nil {
+		return c, err
+	}
+	c.kubeletCert, c.kubeletKey, err = ca.server.Issue(hostname, []string{hostname, "localhost"}, []net.IP{net.ParseIP(ip), net.ParseIP("127.0.0.1")})
+	return c, err
+}
+
+// apiServerArgs are the flags k3s starts its kube-apiserver with
+// (pkg/daemons/control/server.go apiServer()), as far as the lab's
+// cluster needs them.
+func apiServerArgs(tls, ip, saKey string) []string {
+	return []string{
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address=0.0.0.0", "--secure-port=" + port, "--advertise-address=" + ip,
+		"--tls-cert-file=" + filepath.Join(tls, "serving-kube-apiserver.crt"),
+		"--tls-private-key-file=" + filepath.Join(tls, "serving-kube-apiserver.key"),
+		"--client-ca-file=" + filepath.Join(tls, "client-ca", "ca.crt"),
+		"--service-account-key-file=" + saKey, "--service-account-signing-key-file=" + saKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--api-audiences=https://kubernetes.default.svc.cluster.local,k3s",
+		"--authorization-mode=Node,RBAC", "--anonymous-auth=false",
+		"--service-cluster-ip-range=" + serviceCIDR, "--allow-privileged=true",
+		"--enable-admission-plugins=NodeRestriction",
+		"--profiling=false", "--cert-dir=" + filepath.Join(tls, "temporary-certs"),
+		// How it reaches the kubelets (kubectl logs): k3s's flags.
+		"--kubelet-certificate-authority=" + filepath.Join(tls, "server-ca", "ca.crt"),
+		"--kubelet-client-certificate=" + filepath.Join(tls, "client-kube-apiserver.crt"),
+		"--kubelet-client-key=" + filepath.Join(tls, "client-kube-apiserver.key"),
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+		"--requestheader-client-ca-file=" + filepath.Join(tls, "request-header-ca", "ca.crt"),
+		"--requestheader-allowed-names=system:auth-proxy",
+		"--proxy-client-cert-file=" + filepath.Join(tls, "client-auth-proxy.crt"),
+		"--proxy-client-key-file=" + filepath.Join(tls, "client-auth-proxy.key"),
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-username-headers=X-Remote-User",
+		// No kube-proxy routes Service ClusterIPs here, so the API server
+		// reaches webhook Services through their EndpointSlices.
+		"--enable-aggregator-routing=true",
 	}
 }
 

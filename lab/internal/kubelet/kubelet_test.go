@@ -98,7 +98,7 @@ func TestPodStatus(t *testing.T) {
 	// last state the exit; the back-off doubles.
 	st = &podState{startTime: now, ip: "10.42.0.8"}
 	st.start(now.Time)
-	st.exit(now.Time.Add(time.Second), 1, "unable to initialize Proxmox client: 401 Unauthorized")
+	st.exit(now.Time.Add(time.Second), 1, "unable to setup proxmox API client: unable to initialize proxmox api client: 401 Unauthorized")
 	if st.next.Sub(now.Time) != 11*time.Second {
 		t.Errorf("first back-off: %v", st.next.Sub(now.Time))
 	}

@@ -17,8 +17,10 @@ import (
 )
 
 // The container log files are kept as containerd keeps them, in the CRI
-// logging format (k8s.io/cri-api docs, "CRI container logs", and the
-// kubelet's pkg/kubelet/kuberuntime/logs): one line per record,
+// logging format (k8s.io/cri-api docs, "CRI container logs", and
+// Kubernetes v1.36.3 pkg/kubelet/kuberuntime/logs/logs.go, the reader
+// kubectl logs goes through; the layout from
+// pkg/kubelet/kuberuntime/helpers.go BuildContainerLogsDirectory): one line per record,
 // "<RFC3339Nano time> <stream> <tag> <content>", the tag F for a full
 // line and P for a part of a longer one. Each start of a container has
 // its own file, /var/log/pods/<ns>_<pod>_<uid>/<container>/<restart>.log.

@@ -28,7 +28,7 @@ const (
 	// cert-manager's), run as a process (container.go).
 	binary
 	// provider: a provider's manager, which starts unless it would exit
-	// at start (provider.go).
+	// at start (providers.go).
 	provider
 	// helmJob: a helm-controller Job's pod, klipper-helm's container
 	// (helm.go).

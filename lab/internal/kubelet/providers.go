@@ -68,16 +68,21 @@ func (k *Kubelet) providerStart(ctx context.Context, p *corev1.Pod) string {
 	return checkProxmox(ctx, k.HTTP, sec)
 }
 
-// checkProxmox is CAPMOX's manager start: it builds its Proxmox client
-// from url, token and secret and asks the API for its version; refused,
-// it exits.
+// checkProxmox is CAPMOX's manager start (ionos-cloud/
+// cluster-api-provider-proxmox v0.9.1, cmd/main.go setupProxmoxClient,
+// and pkg/proxmox/goproxmox/api_client.go NewAPIClient): with url, token
+// and secret set it builds its Proxmox client and asks the API for its
+// version (GET /api2/json/version); refused, main logs "unable to setup
+// proxmox API client" with the client's error and exits 1. The lab's
+// message is those two joined, the go-proxmox error being the HTTP
+// status.
 func checkProxmox(ctx context.Context, hc *http.Client, sec *corev1.Secret) string {
 	url, token, secret := string(sec.Data["url"]), string(sec.Data["token"]), string(sec.Data["secret"])
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/api2/json/version", nil)
 	if err != nil {
-		return "invalid PROXMOX_URL: " + err.Error()
+		return "unable to setup proxmox API client: invalid proxmox base URL: " + err.Error()
 	}
 	req.Header.Set("Authorization", "PVEAPIToken="+token+"="+secret)
 	if hc == nil {
@@ -85,11 +90,11 @@ func checkProxmox(ctx context.Context, hc *http.Client, sec *corev1.Secret) stri
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "unable to connect to Proxmox: " + err.Error()
+		return "unable to setup proxmox API client: unable to initialize proxmox api client: " + err.Error()
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "unable to initialize Proxmox client: " + resp.Status
+		return "unable to setup proxmox API client: unable to initialize proxmox api client: " + resp.Status
 	}
 	return ""
 }

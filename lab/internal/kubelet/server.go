@@ -23,8 +23,11 @@ import (
 
 // Serving is what the kubelet's API needs: its serving certificate (the
 // cluster's server CA signs it, for the node's name and address, as k3s
-// issues serving-kubelet.crt) and the client CA whose certificates it
-// accepts (the kubelet's --client-ca-file).
+// issues serving-kubelet.crt: k3s-io/k3s v1.35.7+k3s1
+// pkg/agent/config/config.go) and the client CA whose certificates it
+// accepts (the kubelet's --client-ca-file). The API's paths and answers
+// follow Kubernetes v1.36.3 pkg/kubelet/server/server.go
+// (/containerLogs/<ns>/<pod>/<container>, /healthz).
 type Serving struct {
 	Cert, Key []byte
 	ClientCA  *x509.CertPool

@@ -5,8 +5,9 @@
 // vip_leaderelection), the holder of the Lease vip_leasename
 // (plndr-cp-lock) in cp_namespace (kube-system) adds the address to its
 // interface and announces it with gratuitous ARP; a node that loses the
-// lease removes it (kube-vip cmd/kube-vip.go, pkg/kubevip
-// config_envvar.go).
+// lease removes it (kube-vip/kube-vip v1.2.3, the version mgmtctl pins:
+// cmd/kube-vip.go, pkg/kubevip/config_envvar.go, pkg/manager/manager_arp.go
+// and pkg/cluster/clusterLeaderElection.go).
 package kubevip
 
 import (

@@ -1,6 +1,11 @@
 // Package podnet is the lab's pod network: what k3s's embedded flannel
 // and the CNI plugins it configures (bridge, host-local) lay out on a
 // node, done with iproute2 and nft in the server's network namespace.
+// Upstream: k3s-io/k3s v1.35.7+k3s1 pkg/agent/flannel/setup.go (the CNI
+// config, cni0, the pod CIDR from Node.spec.podCIDR);
+// containernetworking/plugins v1.9.0 (k3s's fork, scripts/version.sh
+// VERSION_CNIPLUGINS) plugins/main/bridge/bridge.go and
+// plugins/ipam/host-local/backend/disk/backend.go.
 //
 // As on a k3s node:
 //   - each pod has a network namespace of its own, /run/netns/cni-<id>,

@@ -1,5 +1,9 @@
-// Package vmos simulates the parts of Ubuntu the k3s phase touches on the
-// VM: cloud-init's status command now; apt/dpkg and systemctl to come.
+// Package vmos simulates the parts of Ubuntu 24.04 the phases touch on the
+// VM, each after the version noble ships: cloud-init's status command
+// (cloud-init 24.1, cloudinit/cmd/status.py), apt-get and dpkg-query
+// (apt 2.7 cmdline/apt-get.cc, dpkg 1.22 src/query/main.c, the
+// ${Status} field) and systemctl's start, stop, restart, enable, disable,
+// is-active, is-enabled, status and show (systemd 255 src/systemctl/).
 package vmos
 
 import (

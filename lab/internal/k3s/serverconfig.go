@@ -1,0 +1,180 @@
+package k3s
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// What `k3s server` reads before it boots: config.yaml, whose keys are
+// the server's long flag names (k3s-io/k3s v1.35.7+k3s1
+// pkg/configfilearg/parser.go; pkg/cli/cmds/server.go for the names), and
+// the few command-line flags the lab's installer and tests pass.
+
+// Config is what k3s reads from config.yaml (CLI flag names without --).
+type Config struct {
+	TLSSAN              []string `json:"tls-san"`
+	Disable             []string `json:"disable"`
+	WriteKubeconfigMode string   `json:"write-kubeconfig-mode"`
+	NodeIP              string   `json:"node-ip"`
+	ClusterInit         bool     `json:"cluster-init"`
+	Server              string   `json:"server"`
+	Token               string   `json:"token"`
+	TokenFile           string   `json:"token-file"`
+	// Unknown are the keys k3s has no flag for, in file order.
+	Unknown []string `json:"-"`
+}
+
+// warnUnknown logs, as k3s's configfilearg parser does for a config.yaml
+// key that is no flag, one warning per key, and skips it: k3s
+// pkg/configfilearg/parser.go, FilterArgs: logrus.Warnf("Unknown flag %s
+// found in config.yaml, skipping\n", ...) with the flag as "--key"
+// (k3s-io/k3s #4509, #6756), in logrus's text format.
+func warnUnknown(log io.Writer, keys []string, now time.Time) {
+	for _, k := range keys {
+		fmt.Fprintf(log, "time=%q level=warning msg=%q\n", now.UTC().Format(time.RFC3339), "Unknown flag --"+k+" found in config.yaml, skipping")
+	}
+}
+
+// serverFlagNames are the flags of `k3s server` (docs.k3s.io
+// cli/server); config.yaml keys are flag names, optionally suffixed with
+// "+" to append to a list.
+var serverFlagNames = strings.Fields(`config debug v vmodule log alsologtostderr bind-address https-listen-port
+advertise-address advertise-port tls-san tls-san-security data-dir cluster-cidr service-cidr
+service-node-port-range cluster-dns cluster-domain flannel-backend flannel-ipv6-masq
+flannel-external-ip egress-selector-mode servicelb-namespace write-kubeconfig o
+write-kubeconfig-mode write-kubeconfig-group token t token-file agent-token agent-token-file
+server s cluster-init cluster-reset cluster-reset-restore-path kube-apiserver-arg etcd-arg
+kube-controller-manager-arg kube-scheduler-arg kube-cloud-controller-manager-arg
+datastore-endpoint datastore-cafile datastore-certfile datastore-keyfile etcd-expose-metrics
+etcd-disable-snapshots etcd-snapshot-name etcd-snapshot-schedule-cron etcd-snapshot-retention
+etcd-snapshot-dir etcd-snapshot-compress etcd-s3 etcd-s3-endpoint etcd-s3-endpoint-ca
+etcd-s3-skip-ssl-verify etcd-s3-access-key etcd-s3-secret-key etcd-s3-bucket etcd-s3-region
+etcd-s3-folder etcd-s3-proxy etcd-s3-config-secret etcd-s3-insecure etcd-s3-timeout
+default-local-storage-path disable disable-scheduler disable-cloud-controller
+disable-kube-proxy disable-network-policy disable-helm-controller embedded-registry
+supervisor-metrics node-name with-node-id node-label node-taint image-credential-provider-bin-dir
+image-credential-provider-config docker container-runtime-endpoint default-runtime
+image-service-endpoint disable-default-registry-endpoint nonroot-devices pause-image snapshotter
+private-registry system-default-registry node-ip node-external-ip node-internal-dns
+node-external-dns resolv-conf flannel-iface flannel-conf flannel-cni-conf-dir flannel-cni-conf
+vpn-auth vpn-auth-file kubelet-arg kube-proxy-arg protect-kernel-defaults secrets-encryption
+secrets-encryption-provider enable-pprof rootless prefer-bundled-bin selinux lb-server-port
+disable-apiserver disable-controller-manager disable-etcd kube-apiserver-arg airgap-extra-registry`)
+
+func knownServerFlag(key string) bool {
+	key = strings.TrimSuffix(key, "+")
+	for _, f := range serverFlagNames {
+		if f == key {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadConfig reads config.yaml; repeatable flags accept a list or a
+// single string, as k3s does.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return c, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return c, fmt.Errorf("parse %s: %w", path, err)
+	}
+	list := func(v any) []string {
+		switch t := v.(type) {
+		case string:
+			return strings.Split(t, ",")
+		case []any:
+			var out []string
+			for _, e := range t {
+				out = append(out, fmt.Sprint(e))
+			}
+			return out
+		}
+		return nil
+	}
+	c.TLSSAN = list(raw["tls-san"])
+	c.Disable = list(raw["disable"])
+	if v, ok := raw["write-kubeconfig-mode"]; ok {
+		c.WriteKubeconfigMode = fmt.Sprint(v)
+	}
+	if v, ok := raw["node-ip"]; ok {
+		c.NodeIP = fmt.Sprint(v)
+	}
+	if v, ok := raw["server"]; ok {
+		c.Server = fmt.Sprint(v)
+	}
+	if v, ok := raw["cluster-init"]; ok {
+		c.ClusterInit = fmt.Sprint(v) == "true"
+	}
+	if v, ok := raw["token"]; ok {
+		c.Token = fmt.Sprint(v)
+	}
+	if v, ok := raw["token-file"]; ok {
+		c.TokenFile = fmt.Sprint(v)
+	}
+	for k := range raw {
+		if !knownServerFlag(k) {
+			c.Unknown = append(c.Unknown, k)
+		}
+	}
+	sort.Strings(c.Unknown)
+	return c, nil
+}
+
+// serverFlags are the command-line flags of `k3s server` the lab reads;
+// it takes the rest of its configuration from config.yaml.
+type serverFlags struct {
+	clusterInit, clusterReset bool
+	restorePath               string
+	token, tokenFile          string
+	server                    string
+}
+
+func parseServerFlags(args []string) (serverFlags, error) {
+	var f serverFlags
+	for i := 0; i < len(args); i++ {
+		k, v, has := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		value := func() string {
+			if !has && i+1 < len(args) {
+				i++
+				return args[i]
+			}
+			return v
+		}
+		switch k {
+		case "cluster-init":
+			f.clusterInit = !has || v == "true"
+		case "cluster-reset":
+			f.clusterReset = !has || v == "true"
+		case "cluster-reset-restore-path":
+			f.restorePath = value()
+		case "token", "t":
+			f.token = value()
+		case "token-file":
+			f.tokenFile = value()
+		case "server", "s":
+			f.server = value()
+		}
+		// Other flags (--disable, --tls-san, ...) are config.yaml's
+		// business in the lab: a flag-with-value not known here keeps its
+		// value attached (--flag=value), as the installer writes them.
+	}
+	if f.restorePath != "" && !f.clusterReset {
+		return f, errors.New("invalid flag use; --cluster-reset required with --cluster-reset-restore-path")
+	}
+	return f, nil
+}
