@@ -120,7 +120,7 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 		dir = fmt.Sprintf("%s-%d", base, n) // two backups in one second
 	}
 	snap := path.Join(SnapshotDir, s.T.snapshot)
-	res, err := s.T.V.Host.Look(ctx, remote.LookScript("read the sha256 and size of "+snap, `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, snap).AsRoot())
+	res, err := s.T.V.Host.Look(ctx, remote.FileSHA256AndSize(snap).AsRoot())
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read the sha256 of %s: %w", snap, err)
 	}
@@ -235,7 +235,7 @@ systemctl start k3s`
 
 // Check implements step.Step.
 func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
-	res, err := s.V.Host.Look(ctx, remote.Look("sh", "-c", "command -v k3s").Allow(1, 127))
+	res, err := s.V.Host.Look(ctx, remote.CommandPath("k3s"))
 	if err != nil {
 		return step.Plan{}, err
 	}

@@ -27,6 +27,8 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/session"
+	"github.com/mgmtctl/mgmtctl/internal/statuscheck"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -44,12 +46,12 @@ type Options struct {
 	Now      func() time.Time
 	Version  string
 	// Phases builds the phases of a run; nil means phase.Build.
-	Phases func(*phase.Session) []step.Phase
+	Phases func(*session.Session) []step.Phase
 	// Destroy builds the destroy command's phase; nil means phase.Destroy.
-	Destroy func(*phase.Session) step.Phase
+	Destroy func(*session.Session) step.Phase
 	// Exec is what carries out the plans of a run; nil means the
-	// session's (*phase.Session).Executor.
-	Exec func(*phase.Session) step.Executor
+	// session's (*session.Session).Executor.
+	Exec func(*session.Session) step.Executor
 }
 
 // global holds the flags every command shares.
@@ -74,7 +76,7 @@ func Execute(ctx context.Context, args []string, o Options) int {
 		o.Destroy = phase.Destroy
 	}
 	if o.Exec == nil {
-		o.Exec = (*phase.Session).Executor
+		o.Exec = (*session.Session).Executor
 	}
 	g := &global{}
 	root := newRoot(ctx, g, &o)
@@ -413,7 +415,7 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 		return err
 	}
 	// A check session: every host behind the read-only gate, no lock.
-	s := &phase.Session{Config: l, ReadOnly: true, Redact: x.Add}
+	s := &session.Session{Config: l, ReadOnly: true, Redact: x.Add}
 	defer s.Close()
 	selected, err := engine.SelectPhases(phase.Build(s), parseTags(tags), parseTags(skip))
 	if err != nil {
@@ -421,7 +423,7 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 	}
 	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: x, Retry: remote.Retry{Attempts: 2},
 		KeepAlive: keepAlive(l.Cluster.Spec.SSH)}
-	r := health.Run(ctx, selected, phase.StatusExtras(s))
+	r := health.Run(ctx, selected, statuscheck.Extras(s))
 	if g.output == "json" {
 		err = health.WriteJSON(o.Out, r, x)
 	} else {

@@ -17,9 +17,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/sshtest"
+	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
@@ -36,9 +36,9 @@ type env struct {
 	err  bytes.Buffer
 	vars map[string]string
 	// phases, when set, replaces the real phases.
-	phases func(*phase.Session) []step.Phase
+	phases func(*session.Session) []step.Phase
 	// destroy, when set, replaces the destroy phase.
-	destroy func(*phase.Session) step.Phase
+	destroy func(*session.Session) step.Phase
 	// exec carries out the plans of the fake phases.
 	exec step.Executor
 	// in is the standard input; stdin, when set, replaces it.
@@ -70,7 +70,7 @@ func (e *env) opts() Options {
 		Home: e.home, CacheDir: filepath.Join(e.home, ".cache"), Hostname: "laptop", Pid: 42,
 		Version: "test", Phases: e.phases, Destroy: e.destroy, In: in}
 	if e.exec != nil {
-		o.Exec = func(*phase.Session) step.Executor { return e.exec }
+		o.Exec = func(*session.Session) step.Executor { return e.exec }
 	}
 	return o
 }
@@ -212,8 +212,8 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-func fakePhases(w *steptest.World) func(*phase.Session) []step.Phase {
-	return func(*phase.Session) []step.Phase {
+func fakePhases(w *steptest.World) func(*session.Session) []step.Phase {
+	return func(*session.Session) []step.Phase {
 		return []step.Phase{
 			{Tag: step.TagVM, Steps: []step.Step{
 				&steptest.File{StepID: "vm", HostName: "pve", Path: "/vm", Content: "110", W: w},
@@ -315,7 +315,7 @@ func TestFailedStepExits1WithLogPath(t *testing.T) {
 	e := newEnv(t)
 	w := steptest.NewWorld()
 	e.exec = w
-	e.phases = func(*phase.Session) []step.Phase {
+	e.phases = func(*session.Session) []step.Phase {
 		return []step.Phase{{Tag: step.TagVM, Steps: []step.Step{
 			&steptest.File{StepID: "create-vm", HostName: "pve", Path: "/vm", Content: "x", W: w,
 				ApplyErr: errors.New("create VM 110 on pve: unable to create VM 110 - VM 110 already exists on node 'pve'")},
@@ -344,7 +344,7 @@ func TestInterruptExits130(t *testing.T) {
 	w := steptest.NewWorld()
 	e.exec = w
 	block := make(chan struct{})
-	e.phases = func(*phase.Session) []step.Phase {
+	e.phases = func(*session.Session) []step.Phase {
 		return []step.Phase{{Tag: step.TagVM, Steps: []step.Step{
 			&steptest.Action{StepID: "wait-ssh", HostName: "pve", W: w, Block: block},
 			&steptest.File{StepID: "after", HostName: "pve", Path: "/after", Content: "x", W: w},

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mgmtctl/mgmtctl/internal/phase"
+	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
@@ -25,7 +25,7 @@ func TestDestroyAsksFirst(t *testing.T) {
 	var refuse error
 	// steptest.File with empty content stands for "absent": destroying is
 	// writing the empty state.
-	e.destroy = func(*phase.Session) step.Phase {
+	e.destroy = func(*session.Session) step.Phase {
 		return step.Phase{Tag: step.TagDestroy, Steps: []step.Step{
 			&steptest.File{StepID: "destroy-vm", HostName: "pve", Path: "/vm", Content: "", W: w, CheckErr: refuse},
 			&steptest.File{StepID: "admin-kubeconfig", HostName: "laptop", Path: "/kubeconfig", Content: "", W: w},
@@ -86,7 +86,7 @@ func TestDestroyCarriesOutWhatItListed(t *testing.T) {
 	e.exec = w
 	w.Set("/vm", "110")
 	w.Set("/kubeconfig", "admin")
-	e.destroy = func(*phase.Session) step.Phase {
+	e.destroy = func(*session.Session) step.Phase {
 		return step.Phase{Tag: step.TagDestroy, Steps: []step.Step{
 			&steptest.File{StepID: "destroy-vm", HostName: "pve", Path: "/vm", Content: "", W: w},
 			&steptest.File{StepID: "admin-kubeconfig", HostName: "laptop", Path: "/kubeconfig", Content: "", W: w},

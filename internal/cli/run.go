@@ -6,10 +6,11 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
-	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/runlog"
+	"github.com/mgmtctl/mgmtctl/internal/session"
+	"github.com/mgmtctl/mgmtctl/internal/step"
 	"github.com/mgmtctl/mgmtctl/internal/ui"
 )
 
@@ -22,7 +23,7 @@ type run struct {
 	l   *config.Loaded
 	x   *redact.Redactor
 	log *runlog.Log
-	s   *phase.Session
+	s   *session.Session
 }
 
 // newRun loads the config and makes the run's session; nothing is opened
@@ -32,7 +33,7 @@ func newRun(g *global, o *Options) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &phase.Session{Config: l, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
+	s := &session.Session{Config: l, Redact: x.Add, Holder: fmt.Sprintf("%s@%s pid %d", o.Getenv("USER"), o.Hostname, o.Pid)}
 	return &run{g: g, o: o, l: l, x: x, s: s}, nil
 }
 
@@ -68,13 +69,32 @@ func (r *run) close() {
 	r.log.Close()
 }
 
-// listeners are the debug log and the view of the run's events: text
-// (with diffs if asked) or JSON lines.
+// listeners are the debug log, the session's run record and the view of
+// the run's events: text (with diffs if asked) or JSON lines.
 func (r *run) listeners(diff bool) engine.Listener {
+	rec := runRecord{r.s, r.log}
 	if r.g.output == "json" {
-		return engine.Listeners{r.log, ui.NewJSON(r.o.Out, r.x, diff)}
+		return engine.Listeners{r.log, rec, ui.NewJSON(r.o.Out, r.x, diff)}
 	}
-	return engine.Listeners{r.log, ui.NewText(r.o.Out, ui.TextOptions{Diff: diff, Verbose: r.g.verbose, Terminal: r.o.Terminal, Redactor: r.x, LogPath: r.log.Path})}
+	return engine.Listeners{r.log, rec, ui.NewText(r.o.Out, ui.TextOptions{Diff: diff, Verbose: r.g.verbose, Terminal: r.o.Terminal, Redactor: r.x, LogPath: r.log.Path})}
+}
+
+// runRecord hands each failed step's error to the session, which keeps
+// the run's record of what it saw (session.Session.StepFailed); a record
+// that cannot be written is said in the debug log, and the run's outcome
+// stays the step's.
+type runRecord struct {
+	s   *session.Session
+	log *runlog.Log
+}
+
+func (rr runRecord) Event(e engine.Event) {
+	if e.Kind != engine.StepEnd || e.Outcome != step.Failed || e.Err == nil {
+		return
+	}
+	if err := rr.s.StepFailed(e.Host, e.Err); err != nil {
+		rr.log.Logger.Warn("run record", "err", err)
+	}
 }
 
 // info is where a command's prose goes: stdout, or stderr beside JSON.

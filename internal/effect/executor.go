@@ -45,13 +45,17 @@ type Executor struct {
 // Do carries out effects in order and returns each one's result (a Run's
 // output; the zero Result for the others), as many as were attempted. At
 // the first failure it stops, but still runs the Always commands after it;
-// the error is the failure's, joined with any of theirs.
+// the error is the failure's, joined with any of theirs. An Always command
+// on a host whose connection the failure lost is not tried: it could only
+// wait out the reconnection's attempts on a link known dead, and the run
+// would say so 25 s later than it knows (the next run's plan redoes what
+// the cleanup would have undone).
 func (x *Executor) Do(ctx context.Context, effects []Effect) ([]remote.Result, error) {
 	var out []remote.Result
 	var failed error
 	for _, e := range effects {
 		if failed != nil {
-			if r, ok := e.(Run); ok && r.Always {
+			if r, ok := e.(Run); ok && r.Always && !lostHost(failed, r.Host) {
 				res, err := x.run(ctx, r)
 				out = append(out, res)
 				failed = errors.Join(failed, err)
@@ -63,6 +67,14 @@ func (x *Executor) Do(ctx context.Context, effects []Effect) ([]remote.Result, e
 		failed = err
 	}
 	return out, failed
+}
+
+// lostHost reports whether err is the loss of the connection to host: it
+// dropped, or could not be made.
+func lostHost(err error, host string) bool {
+	var d *remote.DroppedError
+	var u *remote.UnreachableError
+	return errors.As(err, &d) && d.Host == host || errors.As(err, &u) && u.Host == host
 }
 
 // progressAbove is the upload size from which a Write is said as it starts.
@@ -83,6 +95,14 @@ func (x *Executor) do(ctx context.Context, e Effect) (remote.Result, error) {
 			}
 		}
 	}
+	return x.dispatch(ctx, e)
+}
+
+// dispatch carries out e. Its switch has a case for every Effect type:
+// Go's type switch is not exhaustive, so exhaustive_test.go reads this
+// function and the package's effect() methods, and fails on a type
+// without its case.
+func (x *Executor) dispatch(ctx context.Context, e Effect) (remote.Result, error) {
 	switch e := e.(type) {
 	case Run:
 		return x.run(ctx, e)
@@ -110,7 +130,8 @@ func (x *Executor) do(ctx context.Context, e Effect) (remote.Result, error) {
 	case TokenKubeconfig:
 		return remote.Result{}, x.tokenKubeconfig(ctx, e)
 	}
-	// Unreachable: Effect is sealed and every type of it is above.
+	// Unreachable while exhaustive_test.go passes: Effect is sealed and
+	// every type of it has its case above.
 	return remote.Result{}, fmt.Errorf("effect %T has no executor", e)
 }
 

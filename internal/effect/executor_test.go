@@ -29,6 +29,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/remote/remotetest"
 	"github.com/mgmtctl/mgmtctl/internal/remote/sshtest"
 )
 
@@ -246,4 +247,48 @@ func TestClusterEffects(t *testing.T) {
 
 func errNotFound() error {
 	return apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "gone")
+}
+
+// TestAlwaysSkipsALostHost: after a failure that lost the connection to a
+// host, an Always command on that host is not tried (it could only wait
+// out a reconnection on a dead link); on another host, or after any
+// other failure, it runs.
+func TestAlwaysSkipsALostHost(t *testing.T) {
+	dropped := &remote.DroppedError{Host: "pve", Addr: "192.0.2.10:22", Cmd: "write /root/keys", Err: errors.New("no answer to keepalives")}
+	for _, c := range []struct {
+		name    string
+		fail    error
+		host    string
+		cleanup bool
+	}{
+		{"dropped, same host", dropped, "pve", false},
+		{"unreachable, same host", &remote.UnreachableError{Host: "pve", Addr: "192.0.2.10:22", Err: errors.New("no route")}, "pve", false},
+		{"dropped, another host", dropped, "pve2", true},
+		{"a command failed", &remote.ExitError{Code: 3}, "pve", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hosts := map[string]*remotetest.Host{}
+			for _, n := range []string{"pve", "pve2"} {
+				hosts[n] = &remotetest.Host{HostName: n}
+			}
+			hosts["pve"].Answer = func(cmd remote.Cmd) (remote.Result, error) {
+				if cmd.Args[0] == "qm" {
+					return remote.Result{}, c.fail
+				}
+				return remote.Result{}, nil
+			}
+			x := &effect.Executor{Host: func(ctx context.Context, name string) (remote.Host, error) { return hosts[name], nil }}
+			_, err := x.Do(context.Background(), []effect.Effect{
+				effect.Run{Host: "pve", Cmd: remote.Command("qm", "create", "110")},
+				effect.Run{Host: c.host, Cmd: remote.Command("rm", "-f", "--", "/root/keys"), Always: true},
+			})
+			if !errors.Is(err, c.fail) {
+				t.Errorf("err = %v, want the failure", err)
+			}
+			ran := len(hosts[c.host].Ran()) > 0 && hosts[c.host].Ran()[len(hosts[c.host].Ran())-1].Args[0] == "rm"
+			if ran != c.cleanup {
+				t.Errorf("cleanup ran = %v, want %v", ran, c.cleanup)
+			}
+		})
+	}
 }

@@ -24,8 +24,8 @@ func (s *GuestAgent) Host() string { return s.V.Name() }
 
 func (s *GuestAgent) state(ctx context.Context) (installed, active bool, err error) {
 	res, err := remote.Batch(ctx, s.V.Host, false,
-		remote.Look("dpkg-query", "-W", "-f=${Status}", "qemu-guest-agent"),
-		remote.Look("systemctl", "is-active", "qemu-guest-agent"),
+		remote.PackageStatus("qemu-guest-agent"),
+		remote.ServiceActive("qemu-guest-agent"),
 	)
 	if err != nil {
 		return false, false, fmt.Errorf("check qemu-guest-agent: %w", err)

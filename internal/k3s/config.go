@@ -89,9 +89,9 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Skip: "the k3s installer (re)starts k3s with this config"}, nil
 	}
 	res, err := remote.Batch(ctx, s.V.Host, true,
-		remote.Look("cat", "--", ConfigPath).AsRoot(),
-		remote.Look("stat", "-c", "%.9Y", "--", ConfigPath).AsRoot(),
-		remote.Look("systemctl", "show", "-p", "ActiveEnterTimestamp", "--value", "--timestamp=us+utc", "k3s").AsRoot())
+		remote.FileContent(ConfigPath).AsRoot(),
+		remote.FileModTime(ConfigPath).AsRoot(),
+		remote.ServiceStartedAt("k3s").AsRoot())
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read when k3s started and config.yaml changed: %w", err)
 	}

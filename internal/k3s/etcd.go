@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/kube"
-	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
-// Member is one server as the etcd health check reaches it: through its
-// own VM, so the answer is its own etcd member's.
+// Member is one server as the etcd health check reaches it: its own API
+// server, reached through its own VM, so the answer is its own etcd
+// member's. The session builds API (a kube.Reader, which cannot write):
+// a step holds no way to dial.
 type Member struct {
 	Name string
-	Dial func(ctx context.Context) (remote.Reader, error)
+	API  func(ctx context.Context) (*kube.Reader, error)
 }
 
 // MemberHealth is one server's etcd member as its own API server sees it.
@@ -27,18 +28,12 @@ type MemberHealth struct {
 // EtcdHealth asks each server's own API server for /readyz/etcd: k3s
 // points a server's API server at its local etcd member, and the check
 // reads through it, which needs the member up, joined and in a cluster
-// with quorum. kubeconfig is k3s.yaml (its server is 127.0.0.1:6443 and
-// its CA and client the cluster's, so it fits every server).
-func EtcdHealth(ctx context.Context, kubeconfig []byte, members []Member) []MemberHealth {
+// with quorum.
+func EtcdHealth(ctx context.Context, members []Member) []MemberHealth {
 	out := make([]MemberHealth, len(members))
 	for i, m := range members {
 		out[i] = MemberHealth{Name: m.Name}
-		h, err := m.Dial(ctx)
-		if err != nil {
-			out[i].Detail = "VM not reachable: " + err.Error()
-			continue
-		}
-		cl, err := kube.NewReader(kubeconfig, h.DialContext)
+		cl, err := m.API(ctx)
 		if err != nil {
 			out[i].Detail = err.Error()
 			continue

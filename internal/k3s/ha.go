@@ -312,11 +312,7 @@ func (s *APIAddress) Observe(ctx context.Context) (bool, string, error) {
 func (s *APIAddress) dial(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	c, err := s.V.Host.DialContext(dctx, "tcp", net.JoinHostPort(s.Addr.String(), "6443"))
-	if err != nil {
-		return err
-	}
-	return c.Close()
+	return s.V.Host.Probe(dctx, netip.AddrPortFrom(s.Addr, 6443))
 }
 
 // Bound implements step.Waiter.

@@ -39,7 +39,7 @@ func (s *HostKeyCheck) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Skip: "no VM connection yet"}, nil
 	}
 	vmid := strconv.Itoa(s.VMID)
-	res, err := s.Node.Look(ctx, remote.Look("qm", "guest", "exec", vmid, "--", "cat", remote.HostKeyFile(pinned.Type())).Allow(2, 255))
+	res, err := s.Node.Look(ctx, remote.GuestHostKey(vmid, pinned.Type()))
 	if err != nil {
 		return step.Plan{}, err
 	}

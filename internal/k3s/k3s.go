@@ -119,8 +119,8 @@ func (v *VM) Gather(ctx context.Context) error {
 		return nil
 	}
 	res, err := remote.Batch(ctx, v.Host, false,
-		remote.Look("sh", "-c", "command -v k3s >/dev/null || exit 127; k3s --version"),
-		remote.Look("systemctl", "is-active", "k3s"))
+		remote.K3sVersion(),
+		remote.ServiceActive("k3s"))
 	if err != nil {
 		return fmt.Errorf("read the k3s version: %w", err)
 	}

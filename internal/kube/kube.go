@@ -35,7 +35,7 @@ type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 func restConfig(kubeconfig []byte, d Dialer, timeout time.Duration) (*rest.Config, error) {
 	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("parse k3s.yaml: %w", err)
+		return nil, fmt.Errorf("parse the kubeconfig: %w", err)
 	}
 	rc.Dial = d
 	rc.UserAgent = "mgmtctl"

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -150,6 +152,24 @@ func (p Pods) Logs(ctx context.Context, pod string, opts *corev1.PodLogOptions) 
 // resources.
 func (r *Reader) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
 	return r.typed.Discovery().ServerGroupsAndResources()
+}
+
+// ServerVersion is the API server's version, as discovery reads it.
+func (r *Reader) ServerVersion() (*version.Info, error) {
+	return r.typed.Discovery().ServerVersion()
+}
+
+// CanI asks the API server whether the reader's own user may verb the
+// resource of group in every namespace, as kubectl auth can-i does: a
+// SelfSubjectAccessReview, which the server answers and never stores (and
+// which the Reader's transport sends as a dry run, like every POST).
+func (r *Reader) CanI(ctx context.Context, verb, group, resource string) (bool, error) {
+	rev, err := r.typed.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authzv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource}}}, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return rev.Status.Allowed, nil
 }
 
 // GetPath GETs one of the API server's own paths, such as /readyz/etcd.

@@ -20,7 +20,7 @@ import (
 
 // readMethods are the only methods a Reader, or what it hands out, may have
 // beside the accessors that hand out a kind's reader.
-var readMethods = []string{"Get", "List", "Watch", "Logs", "GetPath", "ServerGroupsAndResources", "DryRunApply", "Namespace"}
+var readMethods = []string{"Get", "List", "Watch", "Logs", "GetPath", "ServerGroupsAndResources", "ServerVersion", "CanI", "DryRunApply", "Namespace"}
 
 // TestReaderHasNoMethodThatWrites walks every method of a Reader and of
 // each reader it hands out (Objects of each kind, Pods, Resource): each is
@@ -116,6 +116,8 @@ func TestReaderSendsOnlyReads(t *testing.T) {
 		func() { r.Pods("ns").Logs(ctx, "p", &corev1.PodLogOptions{Container: "c"}) },
 		func() { r.ServerGroupsAndResources() },
 		func() { r.GetPath(ctx, "/readyz/etcd") },
+		func() { r.ServerVersion() },
+		func() { r.CanI(ctx, "create", "apps", "deployments") },
 		func() {
 			r.Resource(schema.GroupVersionResource{Group: "g", Version: "v1", Resource: "things"}).List(ctx, list)
 		},
@@ -127,16 +129,21 @@ func TestReaderSendsOnlyReads(t *testing.T) {
 	for _, call := range calls {
 		call()
 	}
-	var patches int
+	var patches, reviews int
 	for _, s := range sent {
 		method, _, _ := strings.Cut(s, " ")
 		switch {
 		case method == http.MethodGet:
+		case method == http.MethodPost && strings.HasPrefix(s, "POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews?") && strings.Contains(s, "dryRun=All"):
+			reviews++
 		case method == http.MethodPatch && strings.Contains(s, "dryRun=All") && strings.Contains(s, "fieldManager=mgmtctl") && strings.Contains(s, "force=true"):
 			patches++
 		default:
 			t.Errorf("a Reader sent %s", s)
 		}
+	}
+	if reviews != 1 {
+		t.Errorf("sent %d dry-run access reviews, want 1: %q", reviews, sent)
 	}
 	if patches != 1 {
 		t.Errorf("sent %d dry-run applies, want 1: %q", patches, sent)

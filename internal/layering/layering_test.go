@@ -26,8 +26,14 @@ var below = []string{"step", "effect", "remote", "kube", "shell"}
 // a new package takes a place in the layering when it is written.
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
-	"cli":         {"phase", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile"},
-	"phase":       append(append([]string{"health", "config", "laptop", "backup"}, domain...), below...),
+	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile"},
+	"phase":       append(append([]string{"session", "config", "laptop", "backup"}, domain...), below...),
+	// The run's connections, host keys, the VM record and its way to the
+	// cluster: it knows the domain packages whose facts it keeps (the
+	// VM record wait-ssh reads, k3s's kubeconfig and etcd health).
+	"session": {"config", "effect", "kube", "kubeconfig", "proxmox", "k3s", "remote", "step"},
+	// What only status looks at, beside health.
+	"statuscheck": {"session", "health", "inspector", "k3s", "kube", "step"},
 	"proxmox":     below,
 	"k3s":         append([]string{"config"}, below...), // the K3sRelease type
 	"addons":      append([]string{"capi", "config"}, below...),

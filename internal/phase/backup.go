@@ -7,6 +7,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/backup"
 	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -24,15 +25,10 @@ func Pins(c *config.ManagementCluster) map[string]string {
 	return p
 }
 
-// BackupDir is where the cluster's backups go by default.
-func (s *Session) BackupDir() string {
-	return s.Config.Env.Expand("~/.local/share/mgmtctl/backups/" + s.Config.Cluster.Metadata.Name)
-}
-
 // Backup is the backup command's phase: an etcd snapshot on the VM, copied
 // with the server token, the config and the pins into a new directory of
 // dir, then the oldest backups beyond keep removed.
-func Backup(s *Session, dir string, keep int, config []byte, now func() time.Time) step.Phase {
+func Backup(s *session.Session, dir string, keep int, config []byte, now func() time.Time) step.Phase {
 	c := &s.Config.Cluster
 	vm := &backup.VM{Name: c.Metadata.Name}
 	t := &backup.Take{V: vm, Dir: dir, Config: config, Now: now,
@@ -48,7 +44,7 @@ func Backup(s *Session, dir string, keep int, config []byte, now func() time.Tim
 // VM, then every phase after vm converged again, which waits for the node,
 // the charts and the providers, and rewrites the laptop's kubeconfigs for
 // the cluster's restored CA.
-func Restore(s *Session, b backup.Backup, snapshot, token []byte) []step.Phase {
+func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step.Phase {
 	c := &s.Config.Cluster
 	vm := &backup.VM{Name: c.Metadata.Name}
 	restore := step.Phase{
@@ -59,9 +55,9 @@ func Restore(s *Session, b backup.Backup, snapshot, token []byte) []step.Phase {
 	return append([]step.Phase{restore}, Build(s)[1:]...)
 }
 
-func dialFor(s *Session, vm *backup.VM) func(ctx context.Context) (string, error) {
+func dialFor(s *session.Session, vm *backup.VM) func(ctx context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
-		h, err := s.DialVM(ctx, s.Config.Servers()[0], false, false, nil)
+		h, err := s.DialVM(ctx, s.Config.Servers()[0], false, nil)
 		if err != nil {
 			return vm.Name, err
 		}

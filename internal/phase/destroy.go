@@ -5,19 +5,15 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/laptop"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
+	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
-
-// InspectorKubeconfigPath is where the inspector's kubeconfig lands.
-func (s *Session) InspectorKubeconfigPath() string {
-	return s.Config.Env.Expand("~/.kube/" + s.Config.Cluster.Spec.Inspector.Name + ".kubeconfig")
-}
 
 // Destroy is the destroy command's one phase: the VM mgmtctl created,
 // with its disks, then what the laptop keeps of it. The VM goes first: a
 // VM that is not mgmtctl's fails the phase before any laptop file is
 // touched. The cloud image and the Proxmox API token stay.
-func Destroy(s *Session) step.Phase {
+func Destroy(s *session.Session) step.Phase {
 	servers := s.Config.Servers()
 	nodes := make([]*proxmox.Node, len(servers))
 	var steps, laptopSteps []step.Step
@@ -26,7 +22,7 @@ func Destroy(s *Session) step.Phase {
 		steps = append(steps, &proxmox.DestroyVM{N: nodes[i]})
 		laptopSteps = append(laptopSteps,
 			&laptop.ForgetHostKey{StepID: "vm-host-key", File: s.VMKnownHosts(), Addr: s.VMTarget(srv).Addr},
-			&laptop.RemoveFile{StepID: "new-vm-record", Path: s.newVMMarker(srv), What: "mgmtctl's record of the VM it created"})
+			&laptop.RemoveFile{StepID: "new-vm-record", Path: s.NewVMMarker(srv), What: "mgmtctl's record of the VM it created"})
 	}
 	steps = append(steps,
 		&laptop.RemoveFile{StepID: "admin-kubeconfig", Path: s.Config.KubeconfigPath(), What: "the admin kubeconfig"},

@@ -90,12 +90,16 @@ func TestApplyRunsThePlan(t *testing.T) {
 	}
 }
 
-// record is a NewVMRecord in memory.
-type record struct{ never, gaveUp bool }
+// record is a NewVMRecord in memory: gaveUp ago, if set.
+type record struct {
+	never  bool
+	gaveUp time.Duration
+}
 
-func (r *record) NeverReached() bool  { return r.never }
-func (r *record) GaveUp() bool        { return r.gaveUp }
-func (r *record) RecordGaveUp() error { r.gaveUp = true; return nil }
+func (r *record) NeverReached() bool { return r.never }
+func (r *record) GaveUpAt() (time.Time, bool) {
+	return time.Now().Add(-r.gaveUp), r.gaveUp != 0
+}
 
 // hungVM is the wait-ssh step of a VM that never answers and that mgmtctl
 // created and never reached.
@@ -118,19 +122,20 @@ func TestResetOnlyAVMThatNeverBooted(t *testing.T) {
 		uptime time.Duration
 		rec    record
 		dial   VMDialer
-		start  bool // this run started it
 		reset  bool
 	}{
-		{name: "a run gave up on it", uptime: 30 * time.Second, rec: record{never: true, gaveUp: true}, reset: true},
+		{name: "a run gave up on this boot", uptime: 30 * time.Second, rec: record{never: true, gaveUp: time.Second}, reset: true},
 		{name: "up past the bound", uptime: 2 * time.Minute, rec: record{never: true}, reset: true},
 		{name: "still within its boot time", uptime: 30 * time.Second, rec: record{never: true}},
-		{name: "reached before", uptime: time.Hour, rec: record{never: false, gaveUp: true}},
-		{name: "answers now", uptime: time.Hour, rec: record{never: true, gaveUp: true}, dial: answers},
-		{name: "started by this run", uptime: time.Hour, rec: record{never: true, gaveUp: true}, start: true},
+		{name: "reached before", uptime: time.Hour, rec: record{never: false, gaveUp: time.Second}},
+		{name: "answers now", uptime: time.Hour, rec: record{never: true, gaveUp: time.Second}, dial: answers},
+		// This run's start-vm (or a start by hand) booted it after the
+		// run that gave up: it is booting, not hung.
+		{name: "started since a run gave up", uptime: 5 * time.Second, rec: record{never: true, gaveUp: time.Hour}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := &Node{Spec: spec(), Host: &remotetest.Host{HostName: "pve"}, Started: tc.start}
-			n.Facts.VMExists, n.Facts.Running, n.Facts.Uptime = true, true, tc.uptime
+			n := &Node{Spec: spec(), Host: &remotetest.Host{HostName: "pve"}}
+			n.Facts.VMExists, n.Facts.Running, n.Facts.Uptime, n.Facts.At = true, true, tc.uptime, time.Now()
 			s := hungVM(n)
 			s.Record = &tc.rec
 			if tc.dial != nil {
@@ -172,8 +177,10 @@ func TestWaitSSHAtItsBound(t *testing.T) {
 	if !remote.IsUnreachable(err) {
 		t.Errorf("not an unreachable host's error: %v", err)
 	}
-	if !s.Record.GaveUp() {
-		t.Error("the wait that gave up is not recorded for the next run")
+	// The session records it for the next run, told by the error's type.
+	var na *NeverAnsweredError
+	if !errors.As(err, &na) || na.VMID != "110" {
+		t.Errorf("not a *NeverAnsweredError of VM 110: %#v", err)
 	}
 }
 

@@ -27,6 +27,9 @@ type Facts struct {
 	// Uptime is how long the running VM has run since its start (qm
 	// status --verbose).
 	Uptime time.Duration
+	// At is when the facts were read (the laptop's clock): At - Uptime is
+	// when the VM booted.
+	At time.Time
 	// ImageSHA256 is the sum of the file at the image's path, "" if absent.
 	ImageSHA256 string
 }
@@ -52,17 +55,18 @@ type Spec struct {
 }
 
 // Node is the Proxmox node of one run: its connection and facts, shared by
-// the vm phase's steps.
+// the vm phase's steps. The facts are observations, read again by a step
+// that changed them (its Finish); no step leaves a note for another here:
+// that this run created the VM is the laptop's record of a new VM (written
+// by create-vm's plan), and that it started it is the VM's uptime.
 type Node struct {
 	Spec  Spec
 	Host  remote.Reader
 	Facts Facts
-	// Created is set when this run created the VM: its SSH host key may
-	// then be learned on first contact.
-	Created bool
-	// Started is set when this run started the VM: it is still booting.
-	Started bool
 }
+
+// BootedAt is when the running VM booted, by its uptime.
+func (f Facts) BootedAt() time.Time { return f.At.Add(-f.Uptime) }
 
 // Name is the node as the recap shows it.
 func (n *Node) Name() string { return n.Spec.Node }
@@ -85,14 +89,14 @@ func (n *Node) run(c remote.Cmd) effect.Run { return effect.Run{Host: n.Name(), 
 // Gather reads every fact in one round trip.
 func (n *Node) Gather(ctx context.Context) error {
 	res, err := remote.Batch(ctx, n.Host, false,
-		remote.Look("qm", "config", n.VMID()),
-		remote.Look("qm", "status", n.VMID(), "--verbose"),
-		remote.Look("sha256sum", "--", n.ImagePath()),
+		remote.QMConfig(n.VMID()),
+		remote.QMStatus(n.VMID()),
+		remote.FileSHA256(n.ImagePath()),
 	)
 	if err != nil {
 		return fmt.Errorf("gather facts: %w", err)
 	}
-	f := Facts{}
+	f := Facts{At: time.Now()}
 	switch {
 	case res[0].ExitCode == 0:
 		f.VMExists = true

@@ -27,8 +27,8 @@ type VMDialer func(ctx context.Context, wait bool) (remote.Reader, error)
 // phase. It never depends on the guest agent, which the cloud image lacks.
 //
 // A VM mgmtctl created and never reached, that a run already waited for
-// in vain (or that has run longer than the bound), and that still does not
-// answer never booted (a hung guest, a boot that failed while its cause
+// in vain since it booted (or that has run longer than the bound), and
+// that still does not answer never booted (a hung guest, a boot that failed while its cause
 // was there): it holds nothing, so the step resets it (qm reset) and waits
 // again. That is how a plain re-run recovers once the cause is gone. A VM
 // that answered before is never reset: it may hold the cluster, and a
@@ -45,12 +45,24 @@ type Reachable struct {
 
 // NewVMRecord is what the laptop remembers of a VM mgmtctl created: that
 // it has never answered SSH yet (its host key is still to be learned), and
-// whether a run has waited for it to the end of its bound.
+// when a run last waited for it to the end of its bound (ok false: never).
+// A step only reads it: the session writes the "gave up" line when a wait
+// fails with a *NeverAnsweredError (the run's record, outside the plans).
 type NewVMRecord interface {
 	NeverReached() bool
-	GaveUp() bool
-	RecordGaveUp() error
+	GaveUpAt() (at time.Time, ok bool)
 }
+
+// NeverAnsweredError is wait-ssh running out of its bound on a running VM
+// mgmtctl created and never reached: the session records it for the next
+// run, which resets the VM (Reachable.Check).
+type NeverAnsweredError struct {
+	VMID string
+	Err  error // what the wait last saw, with where to look
+}
+
+func (e *NeverAnsweredError) Error() string { return e.Err.Error() }
+func (e *NeverAnsweredError) Unwrap() error { return e.Err }
 
 var (
 	_ step.Waiter   = (*Reachable)(nil)
@@ -80,7 +92,14 @@ func (s *Reachable) Bound() time.Duration {
 func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
 	ok := step.Plan{Note: "SSH answers and cloud-init is done"}
 	f := s.N.Facts
-	if !f.VMExists || !f.Running || s.N.Started || s.Record == nil || !s.Record.NeverReached() || (!s.Record.GaveUp() && f.Uptime < s.Bound()) {
+	if !f.VMExists || !f.Running || s.Record == nil || !s.Record.NeverReached() {
+		return ok, nil
+	}
+	// A run gave up on this boot of it, or it has had its boot time. A VM
+	// started since a run gave up (this run's start-vm, or by hand) is
+	// booting, not hung.
+	gaveUp, ok2 := s.Record.GaveUpAt()
+	if !(ok2 && gaveUp.After(f.BootedAt())) && f.Uptime < s.Bound() {
 		return ok, nil
 	}
 	// It has had its boot time. If it answers now, it was only slow.
@@ -98,12 +117,12 @@ func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
 		Effects: []effect.Effect{s.N.run(remote.Command("qm", "reset", id))}}}}, nil
 }
 
-// Finish implements step.Finisher: the VM reset is booting.
+// Finish implements step.Finisher: the reset VM boots again, which the
+// wait that follows sees.
 func (s *Reachable) Finish(ctx context.Context, out []remote.Result, err error) error {
 	if err != nil {
 		return fmt.Errorf("reset VM %s: %w", s.N.VMID(), err)
 	}
-	s.N.Started = true
 	return nil
 }
 
@@ -113,9 +132,6 @@ func (s *Reachable) Observe(ctx context.Context) (bool, string, error) {
 	if !s.N.Facts.VMExists || !s.N.Facts.Running {
 		return false, "VM not running yet", nil
 	}
-	if s.N.Started {
-		return false, "VM is booting", nil
-	}
 	h, err := s.Dial(ctx, false)
 	var hk *remote.HostKeyError
 	switch {
@@ -124,7 +140,7 @@ func (s *Reachable) Observe(ctx context.Context) (bool, string, error) {
 	case err != nil:
 		return false, "not answering yet", nil
 	}
-	res, err := h.Look(ctx, remote.Look("cloud-init", "status"))
+	res, err := h.Look(ctx, remote.CloudInitStatus())
 	if err != nil {
 		return false, "", fmt.Errorf("cloud-init status: %w", err)
 	}
@@ -147,9 +163,7 @@ func (s *Reachable) Wait(ctx context.Context) error {
 	var hk *remote.HostKeyError
 	if err != nil && !errors.As(err, &hk) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		if s.Record != nil && s.Record.NeverReached() {
-			if rerr := s.Record.RecordGaveUp(); rerr != nil {
-				return errors.Join(s.neverAnswered(err), rerr)
-			}
+			return &NeverAnsweredError{VMID: s.N.VMID(), Err: s.neverAnswered(err)}
 		}
 		return s.neverAnswered(err)
 	}
@@ -157,7 +171,7 @@ func (s *Reachable) Wait(ctx context.Context) error {
 		return err
 	}
 	step.Progress(ctx, "waiting for cloud-init to finish")
-	res, err := h.Look(ctx, remote.Look("cloud-init", "status", "--wait"))
+	res, err := h.Look(ctx, remote.CloudInitWait())
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return step.Timeout(s.Bound(), ctx.Err(), "cloud-init on VM %s still running after %s: read /var/log/cloud-init.log on the VM (or its console: qm terminal %s on %s)",
 			s.N.VMID(), s.Bound(), s.N.VMID(), s.N.Name())

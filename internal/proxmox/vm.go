@@ -144,14 +144,14 @@ func (s *CreateVM) Drift() []string {
 	return out
 }
 
-// Finish implements step.Finisher: the VM is read back, and marked as
-// created by this run (its host key may be learned).
+// Finish implements step.Finisher: the VM is read back. That it is new
+// (its host key is learned on first contact) is the record the plan
+// wrote before qm create, not a note in memory.
 func (s *CreateVM) Finish(ctx context.Context, out []remote.Result, err error) error {
 	n := s.N
 	if err != nil {
 		return fmt.Errorf("create VM %s: %w", n.VMID(), err)
 	}
-	n.Created = true
 	return n.Gather(ctx)
 }
 
@@ -235,11 +235,11 @@ func (s *StartVM) Check(ctx context.Context) (step.Plan, error) {
 		Effects: []effect.Effect{s.N.run(remote.Command("qm", "start", s.N.VMID()))}}}}, nil
 }
 
-// Finish implements step.Finisher: the VM started is booting.
+// Finish implements step.Finisher: the VM is read back, booting (its
+// uptime says since when).
 func (s *StartVM) Finish(ctx context.Context, out []remote.Result, err error) error {
 	if err != nil {
 		return fmt.Errorf("start VM %s: %w", s.N.VMID(), err)
 	}
-	s.N.Started = true
 	return s.N.Gather(ctx)
 }

@@ -13,7 +13,7 @@ import (
 // real sshd.
 func BenchmarkFacts(b *testing.B) {
 	c := benchConn(b)
-	cmds := []remote.Query{remote.Look("uname", "-r"), remote.Look("cat", "/etc/hostname"), remote.Look("id", "-u")}
+	cmds := []remote.Query{remote.AnyQuery("uname", "-r"), remote.AnyQuery("cat", "/etc/hostname"), remote.AnyQuery("id", "-u")}
 	ctx := context.Background()
 	b.Run("batch", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {

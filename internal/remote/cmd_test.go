@@ -9,10 +9,10 @@ func TestCmdLine(t *testing.T) {
 		root bool
 		want string
 	}{
-		{"plain", Look("qm", "config", "110").Cmd(), true, "qm config 110"},
+		{"plain", QMConfig("110").Cmd(), true, "qm config 110"},
 		{"root needs no sudo", Command("qm", "start", "110").AsRoot(), true, "qm start 110"},
 		{"non-root becomes root without a prompt", Command("systemctl", "restart", "k3s").AsRoot(), false, "sudo -n -- systemctl restart k3s"},
-		{"non-root without sudo", Look("id", "-u").Cmd(), false, "id -u"},
+		{"non-root without sudo", ServiceActive("k3s").Cmd(), false, "systemctl is-active k3s"},
 		{"values are quoted", Command("qm", "set", "110", "--name", "lab mgmt; reboot"), true, "qm set 110 --name 'lab mgmt; reboot'"},
 		{"script args stay positional", Script("echo", `echo "$1"`, "$(id)").AsRoot(), false, `sudo -n -- sh -c 'echo "$1"' sh '$(id)'`},
 	}

@@ -137,3 +137,10 @@ func IsUnreachable(err error) bool {
 	var d *DroppedError
 	return errors.As(err, &u) || errors.As(err, &k) || errors.As(err, &d)
 }
+
+// IsHostKeyError reports whether err is a host key that did not match or
+// is not known: never passed over as a host merely unreachable.
+func IsHostKeyError(err error) bool {
+	var k *HostKeyError
+	return errors.As(err, &k)
+}

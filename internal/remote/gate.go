@@ -2,10 +2,10 @@ package remote
 
 import (
 	"context"
-	"net"
+	"net/netip"
 )
 
-// ReadOnly is h seen as a Reader only: queries, reads and dials pass, and
+// ReadOnly is h seen as a Reader only: queries, reads and probes pass, and
 // nothing else is there to call. Steps hold these; in check mode and
 // status the session hands out nothing else.
 func ReadOnly(h Host) Reader { return gate{h} }
@@ -24,8 +24,6 @@ func (g gate) ReadFile(ctx context.Context, path string, sudo bool) ([]byte, err
 	return ReadFile(ctx, g, path, sudo)
 }
 
-// DialContext passes: reading the Kubernetes API needs a connection, and
-// what reads it is a kube.Reader, which has no method that writes.
-func (g gate) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	return g.h.DialContext(ctx, network, addr)
+func (g gate) Probe(ctx context.Context, addr netip.AddrPort) error {
+	return g.h.Probe(ctx, addr)
 }

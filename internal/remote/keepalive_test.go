@@ -128,7 +128,7 @@ func TestKeepAliveClosesASilentConnection(t *testing.T) {
 	// A read-only query reconnects once, through the same silent link:
 	// the handshake times out and the query fails, bounded, too.
 	start = time.Now()
-	_, err = c.Look(context.Background(), remote.Look("sleep", "30"))
+	_, err = c.Look(context.Background(), remote.AnyQuery("sleep", "30"))
 	if !remote.IsUnreachable(err) || time.Since(start) > 5*time.Second {
 		t.Fatalf("query on a silent link: %v after %v", err, time.Since(start))
 	}
@@ -308,7 +308,7 @@ func TestPatienceIsForTheFirstConnection(t *testing.T) {
 	}
 	c.Close()        // the link drops...
 	seen.Store(-100) // ...and the proxy now drops every connection
-	_, err = c.Look(context.Background(), remote.Look("true"))
+	_, err = c.Look(context.Background(), remote.AnyQuery("true"))
 	var u *remote.UnreachableError
 	if !errors.As(err, &u) || u.Attempts != 1 {
 		t.Fatalf("a reconnect after the drop: %v, want one attempt", err)

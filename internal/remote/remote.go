@@ -13,7 +13,7 @@ import (
 	"fmt"
 
 	"io/fs"
-	"net"
+	"net/netip"
 
 	"github.com/mgmtctl/mgmtctl/internal/shell"
 )
@@ -40,18 +40,21 @@ type Cmd struct {
 	Name string
 }
 
-// Query is a command declared to change nothing on its host: the one kind
-// a Reader runs. It is a type of its own, so code that holds only a Reader
+// Query is a command that changes nothing on its host: the one kind a
+// Reader runs. It is a type of its own, so code that holds only a Reader
 // (a step's Check) cannot hand it a command that writes: that does not
-// compile.
+// compile. And it is built only from the named reads of queries.go, a
+// closed vocabulary, so no code outside this package can label a write a
+// query.
 type Query struct{ c Cmd }
 
-// Look returns a read-only command.
-func Look(args ...string) Query { return Query{Cmd{Args: args, ReadOnly: true}} }
+// look returns a read-only command: only the named reads of queries.go
+// call it.
+func look(args ...string) Query { return Query{Cmd{Args: args, ReadOnly: true}} }
 
-// LookScript returns a read-only command running a fixed sh script with
+// lookScript returns a read-only command running a fixed sh script with
 // args as $1..., as Script does.
-func LookScript(name, script string, args ...string) Query {
+func lookScript(name, script string, args ...string) Query {
 	c := Script(name, script, args...)
 	c.ReadOnly = true
 	return Query{c}
@@ -145,14 +148,20 @@ type Looker interface {
 }
 
 // Reader is a connected machine seen through what only reads it: queries,
-// file reads, and connections dialled from its side (for the Kubernetes
-// API on the VM). It has no method that writes: steps hold Readers, and
-// the effect.Executor alone holds the Hosts behind them.
+// file reads, and a probe of a port from its side. It has no method that
+// writes, and none that hands out a connection: a connection from the VM
+// to its API server, with the k3s.yaml a sudo read returns, would be
+// admin access to the cluster. Steps hold Readers, and the
+// effect.Executor alone holds the Hosts behind them; the session, which
+// builds the steps' kube.Reader, dials through the *Conn itself.
 type Reader interface {
 	Looker
 	Name() string
 	ReadFile(ctx context.Context, path string, sudo bool) ([]byte, error)
-	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+	// Probe opens a TCP connection from the host's side to addr and
+	// closes it at once: whether something answers there, and nothing
+	// more (the VIP's check).
+	Probe(ctx context.Context, addr netip.AddrPort) error
 }
 
 // Host is a connected machine: a Reader that also runs commands and
@@ -182,7 +191,7 @@ const exitAbsent = 44
 
 // ReadFile reads path on h with cat; a missing file is fs.ErrNotExist.
 func ReadFile(ctx context.Context, r Looker, path string, sudo bool) ([]byte, error) {
-	q := LookScript("read "+path, readScript, path).Allow(exitAbsent)
+	q := lookScript("read "+path, readScript, path).Allow(exitAbsent)
 	q.c.Sudo = sudo
 	res, err := r.Look(ctx, q)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -541,8 +542,20 @@ func (c *Conn) WriteFile(ctx context.Context, f File) (bool, error) {
 	return WriteFile(ctx, c, f)
 }
 
-// DialContext implements Host: it opens a TCP connection from the host's
-// side, so a remote port need not be reachable from the laptop.
+// Probe implements Reader: a TCP connection from the host's side to addr,
+// closed at once.
+func (c *Conn) Probe(ctx context.Context, addr netip.AddrPort) error {
+	nc, err := c.DialContext(ctx, "tcp", addr.String())
+	if err != nil {
+		return err
+	}
+	return nc.Close()
+}
+
+// DialContext opens a TCP connection from the host's side, so a remote
+// port need not be reachable from the laptop: the session's way to the
+// Kubernetes API on the VM. It is a method of the connection, not of a
+// Reader or Host: what holds one of those cannot dial.
 func (c *Conn) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	l := c.current()
 	if l == nil {

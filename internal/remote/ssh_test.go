@@ -49,7 +49,7 @@ func TestRun(t *testing.T) {
 	c := connect(t, s)
 	ctx := context.Background()
 
-	res, err := c.Look(ctx, remote.Look("sh", "-c", "echo out; echo err >&2"))
+	res, err := c.Look(ctx, remote.AnyQuery("sh", "-c", "echo out; echo err >&2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +86,12 @@ func TestRun(t *testing.T) {
 		t.Errorf("the debug log lacks the script:\n%s", log.String())
 	}
 
-	res, err = c.Look(ctx, remote.Look("sh", "-c", "exit 3").Allow(3))
+	res, err = c.Look(ctx, remote.AnyQuery("sh", "-c", "exit 3").Allow(3))
 	if err != nil || res.ExitCode != 3 {
 		t.Errorf("allowed exit code: res=%+v err=%v", res, err)
 	}
 
-	res, err = c.Run(ctx, remote.Look("cat").Cmd().WithStdin([]byte("from stdin")))
+	res, err = c.Run(ctx, remote.AnyQuery("cat").Cmd().WithStdin([]byte("from stdin")))
 	if err != nil || string(res.Stdout) != "from stdin" {
 		t.Errorf("stdin: %q %v", res.Stdout, err)
 	}
@@ -101,7 +101,7 @@ func TestHostileArgumentsArriveIntact(t *testing.T) {
 	s := sshtest.Start(t)
 	c := connect(t, s)
 	for _, v := range []string{"$(touch /tmp/pwned)", "`id`", "a'b", "; rm -rf /", "a\nb", "*", "${HOME}", "--", ""} {
-		res, err := c.Look(context.Background(), remote.Look("printf", "%s", v))
+		res, err := c.Look(context.Background(), remote.AnyQuery("printf", "%s", v))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestHostileArgumentsArriveIntact(t *testing.T) {
 			t.Errorf("sent %q, host saw %q", v, res.Stdout)
 		}
 	}
-	if _, err := c.Look(context.Background(), remote.Look("echo", "a\x00b")); err == nil {
+	if _, err := c.Look(context.Background(), remote.AnyQuery("echo", "a\x00b")); err == nil {
 		t.Error("a NUL byte must be rejected, not sent")
 	}
 }
@@ -200,7 +200,7 @@ func TestReadOnlyGate(t *testing.T) {
 	if _, ok := h.(remote.Runner); ok {
 		t.Error("a Reader asserts to a Runner")
 	}
-	if res, err := h.Look(ctx, remote.Look("echo", "hi")); err != nil || string(res.Stdout) != "hi\n" {
+	if res, err := h.Look(ctx, remote.AnyQuery("echo", "hi")); err != nil || string(res.Stdout) != "hi\n" {
 		t.Errorf("query blocked: %v", err)
 	}
 	if _, err := h.ReadFile(ctx, s.KnownHosts, false); err != nil {
@@ -212,10 +212,10 @@ func TestBatch(t *testing.T) {
 	s := sshtest.Start(t)
 	c := connect(t, s)
 	res, err := remote.Batch(context.Background(), c, false,
-		remote.Look("echo", "first"),
-		remote.Look("sh", "-c", "echo partial; echo oops >&2; exit 2"),
-		remote.Look("printf", "no newline"),
-		remote.Look("cat"), // stdin is /dev/null inside a batch: must not hang
+		remote.AnyQuery("echo", "first"),
+		remote.AnyQuery("sh", "-c", "echo partial; echo oops >&2; exit 2"),
+		remote.AnyQuery("printf", "no newline"),
+		remote.AnyQuery("cat"), // stdin is /dev/null inside a batch: must not hang
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -243,8 +243,8 @@ func TestBatchRunsConcurrently(t *testing.T) {
 	c := connect(t, s)
 	flag := filepath.Join(t.TempDir(), "second-ran")
 	res, err := remote.Batch(context.Background(), c, false,
-		remote.Look("timeout", "20", "sh", "-c", `until [ -e "$1" ]; do sleep 0.01; done; echo saw the second`, "sh", flag),
-		remote.Look("sh", "-c", `: > "$1"; echo second`, "sh", flag),
+		remote.AnyQuery("timeout", "20", "sh", "-c", `until [ -e "$1" ]; do sleep 0.01; done; echo saw the second`, "sh", flag),
+		remote.AnyQuery("sh", "-c", `: > "$1"; echo second`, "sh", flag),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -390,7 +390,7 @@ func TestReconnectBetweenCommands(t *testing.T) {
 	s := sshtest.Start(t)
 	c := connect(t, s)
 	c.Close() // the connection drops between two commands
-	if res, err := c.Look(context.Background(), remote.Look("echo", "back")); err != nil || string(res.Stdout) != "back\n" {
+	if res, err := c.Look(context.Background(), remote.AnyQuery("echo", "back")); err != nil || string(res.Stdout) != "back\n" {
 		t.Fatalf("no reconnect: %v", err)
 	}
 }
@@ -401,7 +401,7 @@ func TestCancelKillsQueryButNotCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-time.After(200 * time.Millisecond); cancel() }()
 	start := time.Now()
-	_, err := c.Look(ctx, remote.Look("sleep", "30"))
+	_, err := c.Look(ctx, remote.AnyQuery("sleep", "30"))
 	if !errors.Is(err, context.Canceled) || time.Since(start) > 10*time.Second {
 		t.Fatalf("query not cancelled: %v after %v", err, time.Since(start))
 	}

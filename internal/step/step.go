@@ -1,7 +1,9 @@
 // Package step is the vocabulary of convergence: a Step observes the actual
-// state, returns a Plan (the difference from the desired state, as a value)
-// and applies exactly that plan. Phases group steps and are the tags a user
-// selects with --tags.
+// state and returns a Plan (the difference from the desired state, as a
+// value: changes holding effects); it cannot carry the plan out. The
+// engine hands exactly the plan's effects to the run's effect.Executor
+// (CarryOut), and a Finisher reads back after them. Phases group steps and
+// are the tags a user selects with --tags.
 package step
 
 import (

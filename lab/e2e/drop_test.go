@@ -238,8 +238,15 @@ func TestDropPoints(t *testing.T) {
 			// (--wait-timeout), saying what it waits for, then fails.
 			var args []string
 			bound := 60 * time.Second
-			if p.Phase == "vm" && p.Step == "wait-ssh" {
+			switch {
+			case p.Phase == "vm" && p.Step == "wait-ssh":
 				args, bound = []string{"--wait-timeout", "45s"}, 75*time.Second
+			case p.Phase == "vm":
+				// The node's link: the keepalives' bound (spec.ssh's
+				// default, one every 10 s and 3 unanswered: 30 to 40 s),
+				// and no second wait on the dead link after it, a cleanup
+				// command's included.
+				bound = 45 * time.Second
 			}
 			// The internet gone while the cluster itself fetches from it
 			// (helm-controller a chart, the operator a release): the

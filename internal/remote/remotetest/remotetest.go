@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
+	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
@@ -87,9 +87,9 @@ func (h *Host) WriteFile(ctx context.Context, f remote.File) (bool, error) {
 	return true, nil
 }
 
-// DialContext implements remote.Host: nothing answers.
-func (h *Host) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	return nil, errors.New("remotetest: no network")
+// Probe implements remote.Reader: nothing answers.
+func (h *Host) Probe(ctx context.Context, addr netip.AddrPort) error {
+	return errors.New("remotetest: no network")
 }
 
 // Ran is every command run so far, in order.

@@ -1,28 +1,32 @@
-// Package phase wires the config to the steps of each phase: it owns the
-// run's connections (one per host, locked for a run that may change it)
-// and builds the phases the engine runs.
-package phase
+// Package session is what the phases of one run share: its connections
+// (one per host, locked for a run that may change it), the hosts' keys,
+// the laptop's record of a VM it created, its one way to the cluster
+// (Cluster), the run's Executor over all of these, and the run's record of
+// what it saw (StepFailed). Package phase builds the phases from the
+// config and a Session.
+package session
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"time"
-
-	"golang.org/x/crypto/ssh"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -54,11 +58,20 @@ type Session struct {
 	// k3s.yaml, minted tokens) with the run's redactor.
 	Redact func(values ...string)
 
-	mu    sync.Mutex
-	conns map[string]*hostConn
-	// cluster is the phases' way to the cluster (Build sets it), for the
-	// executor's Kubernetes effects.
-	cluster func(ctx context.Context) (*kube.Cluster, error)
+	mu      sync.Mutex
+	conns   map[string]*hostConn
+	cluster *Cluster
+}
+
+// Cluster is the session's one way to the cluster, made on first use: the
+// phases' (and status's) Reader, and the Executor's client.
+func (s *Session) Cluster() *Cluster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cluster == nil {
+		s.cluster = &Cluster{s: s}
+	}
+	return s.cluster
 }
 
 // Executor is the run's effect.Executor: it carries out plans over the
@@ -69,15 +82,32 @@ func (s *Session) Executor() step.Executor {
 		return nil
 	}
 	return &effect.Executor{
-		Host: s.byName,
-		Cluster: func(ctx context.Context) (*kube.Cluster, error) {
-			if s.cluster == nil {
-				return nil, errors.New("this run has no way to the cluster")
-			}
-			return s.cluster(ctx)
-		},
+		Host:     s.byName,
+		Cluster:  func(ctx context.Context) (*kube.Cluster, error) { return s.Cluster().write(ctx) },
 		Redact:   s.Redact,
 		Progress: step.Progress,
+	}
+}
+
+// APIDialer dials from h's side: the way to the Kubernetes API on the
+// VM, for the kube.Reader the steps hold and the Executor's kube.Cluster.
+// A Reader has no dial of its own (a step could reach the API with
+// k3s.yaml's admin client through one); the session dials through the
+// connection it opened.
+func (s *Session) APIDialer(h remote.Reader) kube.Dialer {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		s.mu.Lock()
+		var c *remote.Conn
+		for _, hc := range s.conns {
+			if hc.conn.Name() == h.Name() {
+				c = hc.conn
+			}
+		}
+		s.mu.Unlock()
+		if c == nil {
+			return nil, fmt.Errorf("no connection to %s in this run", h.Name())
+		}
+		return c.DialContext(ctx, network, addr)
 	}
 }
 
@@ -204,23 +234,37 @@ func (s *Session) vmKey(srv config.Server, key func(*remote.Conn) ssh.PublicKey)
 	return nil
 }
 
+// BackupDir is where the cluster's backups go by default.
+func (s *Session) BackupDir() string {
+	return s.Config.Env.Expand("~/.local/share/mgmtctl/backups/" + s.Config.Cluster.Metadata.Name)
+}
+
+// InspectorKubeconfigPath is where the inspector's kubeconfig lands.
+func (s *Session) InspectorKubeconfigPath() string {
+	return s.Config.Env.Expand("~/.kube/" + s.Config.Cluster.Spec.Inspector.Name + ".kubeconfig")
+}
+
 // VMKnownHosts is the known_hosts file mgmtctl keeps for the VMs it made.
 func (s *Session) VMKnownHosts() string {
 	return s.Config.Env.Expand("~/.config/mgmtctl/known_hosts")
 }
 
-// newVMMarker is the laptop-side record that mgmtctl created srv's VM and
+// NewVMMarker is the laptop-side record that mgmtctl created srv's VM and
 // has not met its host key yet.
-func (s *Session) newVMMarker(srv config.Server) string {
+func (s *Session) NewVMMarker(srv config.Server) string {
 	return s.Config.Env.Expand(fmt.Sprintf("~/.config/mgmtctl/new-vm-%d-%s", srv.ID, srv.Net.Addr()))
 }
 
 // VMNeverReached reports that mgmtctl created srv's VM and has never
 // reached it: its host key is still to be learned.
 func (s *Session) VMNeverReached(srv config.Server) bool {
-	_, err := os.Stat(s.newVMMarker(srv))
+	_, err := os.Stat(s.NewVMMarker(srv))
 	return err == nil
 }
+
+// NewVMRecord is the laptop's record of srv's VM, as the vm phase's
+// wait-ssh reads it.
+func (s *Session) NewVMRecord(srv config.Server) proxmox.NewVMRecord { return newVM{s, srv} }
 
 // newVM is the session's record of a VM it created (proxmox.NewVMRecord):
 // the marker file, and a line in it once a run gave up waiting for it.
@@ -229,25 +273,61 @@ type newVM struct {
 	srv config.Server
 }
 
-const gaveUpLine = "a run waited for SSH to the end of its bound\n"
+// gaveUpLine starts the line a run that waited for SSH to the end of its
+// bound appends, followed by when (RFC 3339): the next run resets the VM
+// only if it has not booted again since.
+const gaveUpLine = "a run waited for SSH to the end of its bound at "
 
 func (r newVM) NeverReached() bool { return r.s.VMNeverReached(r.srv) }
 
-func (r newVM) GaveUp() bool {
-	b, err := os.ReadFile(r.s.newVMMarker(r.srv))
-	return err == nil && strings.Contains(string(b), gaveUpLine)
+// GaveUpAt is when a run last gave up waiting for the VM. A line without
+// a time (written before times were) reads as long ago: the VM is reset
+// once it has had its boot time.
+func (r newVM) GaveUpAt() (time.Time, bool) {
+	b, err := os.ReadFile(r.s.NewVMMarker(r.srv))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var last time.Time
+	found := false
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, strings.TrimSuffix(gaveUpLine, " at ")); ok {
+			found = true
+			if t, err := time.Parse(time.RFC3339, strings.TrimPrefix(rest, " at ")); err == nil && t.After(last) {
+				last = t
+			}
+		}
+	}
+	return last, found
 }
 
-func (r newVM) RecordGaveUp() error {
-	if r.s.ReadOnly || r.GaveUp() {
+// StepFailed is the run's one record outside the plans, fed every failed
+// step's error by the command running the engine: a wait-ssh that ran out
+// of its bound on a VM mgmtctl created and never reached appends a line
+// to that VM's record, so the next run resets it rather than wait again
+// (proxmox.Reachable). It is what the run saw, not a change to converge,
+// like the debug log (docs/decisions.md); no step writes it. A check run
+// or status records nothing.
+func (s *Session) StepFailed(host string, err error) error {
+	var na *proxmox.NeverAnsweredError
+	if s.ReadOnly || !errors.As(err, &na) {
 		return nil
 	}
-	f, err := os.OpenFile(r.s.newVMMarker(r.srv), os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
+	for _, srv := range s.Config.Servers() {
+		if srv.Name != host || fmt.Sprint(srv.ID) != na.VMID {
+			continue
+		}
+		if !(newVM{s, srv}).NeverReached() {
+			return nil
+		}
+		f, err := os.OpenFile(s.NewVMMarker(srv), os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fmt.Errorf("record that the wait for VM %s gave up: %w", na.VMID, err)
+		}
+		_, err = f.WriteString(gaveUpLine + time.Now().UTC().Format(time.RFC3339) + "\n")
+		return errors.Join(err, f.Close())
 	}
-	_, err = f.WriteString(gaveUpLine)
-	return errors.Join(err, f.Close())
+	return nil
 }
 
 // VMTarget is srv's VM as an SSH target: its user, with sudo.
@@ -266,11 +346,13 @@ func (s *Session) VMTarget(srv config.Server) remote.Target {
 // plan forgot an earlier VM's entry) or the user said
 // --accept-new-host-key; otherwise it must match what was recorded
 // before. DialVM writes nothing: the vm phase's record-host-key step
-// records a key accepted here. With wait, it keeps trying until the VM
-// answers or ctx ends.
-func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait bool, progress func(string)) (remote.Reader, error) {
+// records a key accepted here. That mgmtctl created the VM is its record
+// on the laptop (create-vm's plan writes it before qm create), observed
+// here, not a note from the create step. With wait, it keeps trying until
+// the VM answers or ctx ends.
+func (s *Session) DialVM(ctx context.Context, srv config.Server, wait bool, progress func(string)) (remote.Reader, error) {
 	t := s.VMTarget(srv)
-	created = created || s.VMNeverReached(srv)
+	created := s.VMNeverReached(srv)
 	if created && s.ReadOnly {
 		// plan and status look and write nothing: the entry a run would
 		// forget (an earlier VM's key at this address) is not consulted.
@@ -314,7 +396,7 @@ func (s *Session) DialVM(ctx context.Context, srv config.Server, created, wait b
 // SSH link to host (which every API connection rides on) was given up
 // fails with that, a *remote.DroppedError (exit 4, the host named), rather
 // than with what HTTP saw of it (EOF, a lost HTTP/2 connection).
-func (s *Session) linkAware(host string) func(http.RoundTripper) http.RoundTripper {
+func (s *Session) LinkAware(host string) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)

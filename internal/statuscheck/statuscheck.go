@@ -1,39 +1,45 @@
-package phase
+// Package statuscheck holds what only `mgmtctl status` looks at, beside
+// the phases' own steps, which health runs as a check run does: the
+// laptop's kubeconfigs reach the API, the inspector's token and
+// permissions, the etcd members of a cluster of servers. Each reads
+// through a kube.Reader: status writes nothing.
+package statuscheck
 
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
 
-	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mgmtctl/mgmtctl/internal/health"
 	"github.com/mgmtctl/mgmtctl/internal/inspector"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
+	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
-// StatusExtras are the observations only `mgmtctl status` makes, by
-// phase: the steps' own checks decide everything else. They run when their
-// phase's steps are all as configured, straight from the laptop as kubectl
-// would (so they also prove the laptop reaches the API).
-func StatusExtras(s *Session) map[step.Tag][]health.Check {
+// Extras are the observations only `mgmtctl status` makes, by phase: the
+// steps' own checks decide everything else. They run when their phase's
+// steps are all as configured, straight from the laptop as kubectl would
+// (so they also prove the laptop reaches the API).
+func Extras(s *session.Session) map[step.Tag][]health.Check {
 	c := &s.Config.Cluster
 	apply := func(tag step.Tag) string { return "mgmtctl apply --tags " + string(tag) }
 	adminPath := s.Config.KubeconfigPath()
 	roPath := s.InspectorKubeconfigPath()
 	extras := map[step.Tag][]health.Check{
 		step.TagKubeconfig: {{Name: "admin-server", Run: func(ctx context.Context) health.Finding {
-			cs, err := laptopClient(adminPath)
+			cs, err := laptopReader(adminPath)
 			if err != nil {
 				return health.Bad(apply(step.TagKubeconfig), "%v", err)
 			}
-			ver, err := cs.Discovery().ServerVersion()
+			ver, err := cs.ServerVersion()
 			if err != nil {
 				return health.Bad("check that the laptop reaches the VM on port 6443", "%s: server not reachable: %v", adminPath, err)
 			}
@@ -58,7 +64,7 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 				return health.Good("%s (0600): token valid for %s more", roPath, time.Until(exp).Round(time.Minute))
 			}},
 			{Name: "inspector-permissions", Run: func(ctx context.Context) health.Finding {
-				cs, err := laptopClient(roPath)
+				cs, err := laptopReader(roPath)
 				if err != nil {
 					return health.Bad(apply(step.TagInspector), "%v", err)
 				}
@@ -67,13 +73,12 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 					verb, resource string
 					allowed        bool
 				}{{"list", "pods", true}, {"get", "secrets", false}, {"create", "deployments", false}} {
-					r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
-						ResourceAttributes: &authzv1.ResourceAttributes{Verb: want.verb, Resource: want.resource, Group: map[string]string{"deployments": "apps"}[want.resource]}}}, metav1.CreateOptions{})
+					allowed, err := cs.CanI(ctx, want.verb, map[string]string{"deployments": "apps"}[want.resource], want.resource)
 					if err != nil {
 						return health.Bad("check that the laptop reaches the VM on port 6443", "SelfSubjectAccessReview: %v", err)
 					}
-					if r.Status.Allowed != want.allowed {
-						wrong = append(wrong, fmt.Sprintf("%s %s allowed=%v", want.verb, want.resource, r.Status.Allowed))
+					if allowed != want.allowed {
+						wrong = append(wrong, fmt.Sprintf("%s %s allowed=%v", want.verb, want.resource, allowed))
 					}
 				}
 				if len(wrong) > 0 {
@@ -84,13 +89,13 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 		},
 	}
 	if len(s.Config.Servers()) > 1 {
-		a := &clusterAccess{s: s}
+		a := s.Cluster()
 		var all []string
 		for _, srv := range s.Config.Servers() {
 			all = append(all, srv.Name)
 		}
 		extras[step.TagK3s] = []health.Check{{Name: "etcd-members", Always: true, Run: func(ctx context.Context) health.Finding {
-			return etcdFinding(ctx, a, all)
+			return etcdFinding(ctx, a, s.Config.APIAddr(), all)
 		}}}
 	}
 	return extras
@@ -99,8 +104,8 @@ func StatusExtras(s *Session) map[step.Tag][]health.Check {
 // etcdFinding is the servers' etcd members, each as its own API server
 // sees it, and who holds the VIP: degraded (named) while one is down,
 // even though the API still answers.
-func etcdFinding(ctx context.Context, a *clusterAccess, members []string) health.Finding {
-	hs, err := a.etcdHealth(ctx, members)
+func etcdFinding(ctx context.Context, a *session.Cluster, vipAddr netip.Addr, members []string) health.Finding {
+	hs, err := a.EtcdHealth(ctx, members)
 	if err != nil {
 		return health.Bad("mgmtctl apply", "no server's API reached: %v", err)
 	}
@@ -116,12 +121,12 @@ func etcdFinding(ctx context.Context, a *clusterAccess, members []string) health
 		}
 	}
 	holder := "nobody"
-	if a.cluster != nil {
-		if l, err := a.cluster.Leases("kube-system").Get(ctx, k3s.KubeVIPLease, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
+	if a.Reader() != nil {
+		if l, err := a.Reader().Leases("kube-system").Get(ctx, k3s.KubeVIPLease, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
 		}
 	}
-	vip := fmt.Sprintf("VIP %s held by %s", a.s.Config.APIAddr(), holder)
+	vip := fmt.Sprintf("VIP %s held by %s", vipAddr, holder)
 	if len(bad) == 0 {
 		return health.Good("%d/%d members healthy (%s); %s", len(good), len(hs), strings.Join(good, ", "), vip)
 	}
@@ -145,17 +150,17 @@ func readPrivate(p string) ([]byte, error) {
 	return os.ReadFile(p)
 }
 
-// laptopClient is a client from a kubeconfig on the laptop, straight to
-// its server, as kubectl would use it.
-func laptopClient(p string) (kubernetes.Interface, error) {
+// laptopReader reads the cluster through a kubeconfig on the laptop,
+// straight to its server, as kubectl would: a kube.Reader, so status holds
+// nothing that writes, whatever the kubeconfig's user may do.
+func laptopReader(p string) (*kube.Reader, error) {
 	b, err := readPrivate(p)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := clientcmd.RESTConfigFromKubeConfig(b)
+	r, err := kube.NewReader(b, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	rc.UserAgent, rc.Timeout = "mgmtctl", 15*time.Second
-	return kubernetes.NewForConfig(rc)
+	return r, nil
 }

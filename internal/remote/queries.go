@@ -1,0 +1,68 @@
+package remote
+
+// The closed vocabulary of reads. A Query is a permission, not a label:
+// the transport retries a query after a dropped link and kills it on
+// cancel, which is safe only for a command that changes nothing, and a
+// step's Check can run nothing else. So a Query is built only here, from
+// these named reads, each a command that changes nothing on its host;
+// queries_test.go lists them and fails on one it does not know, so a new
+// read is added on purpose, and a review sees it.
+
+// QMConfig reads a VM's configuration on a Proxmox node (qm config).
+func QMConfig(vmid string) Query { return look("qm", "config", vmid) }
+
+// QMStatus reads a VM's state on a Proxmox node (qm status --verbose).
+func QMStatus(vmid string) Query { return look("qm", "status", vmid, "--verbose") }
+
+// GuestHostKey reads the VM's public SSH host key of keyType through its
+// guest agent (qm guest exec ... cat), on the Proxmox node. qm exits 2 and
+// 255 when the agent does not answer; those are results.
+func GuestHostKey(vmid, keyType string) Query {
+	return look("qm", "guest", "exec", vmid, "--", "cat", HostKeyFile(keyType)).Allow(2, 255)
+}
+
+// FileSHA256 is sha256sum of a file.
+func FileSHA256(path string) Query { return look("sha256sum", "--", path) }
+
+// FileSHA256AndSize prints a file's sha256 and, on the next line, its
+// size in bytes.
+func FileSHA256AndSize(path string) Query {
+	return lookScript("read the sha256 and size of "+path, `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, path)
+}
+
+// FileContent is cat of a file (in a Batch, where ReadFile's own script
+// does not fit).
+func FileContent(path string) Query { return look("cat", "--", path) }
+
+// FileModTime is a file's modification time, seconds with nanoseconds.
+func FileModTime(path string) Query { return look("stat", "-c", "%.9Y", "--", path) }
+
+// ServiceActive is systemctl is-active of a unit.
+func ServiceActive(unit string) Query { return look("systemctl", "is-active", unit) }
+
+// ServiceStartedAt is when a unit last became active, in UTC with
+// microseconds.
+func ServiceStartedAt(unit string) Query {
+	return look("systemctl", "show", "-p", "ActiveEnterTimestamp", "--value", "--timestamp=us+utc", unit)
+}
+
+// PackageStatus is dpkg's status of a package ("install ok installed").
+func PackageStatus(pkg string) Query { return look("dpkg-query", "-W", "-f=${Status}", pkg) }
+
+// K3sVersion is k3s --version, exiting 127 when k3s is not installed.
+func K3sVersion() Query {
+	return look("sh", "-c", "command -v k3s >/dev/null || exit 127; k3s --version")
+}
+
+// CommandPath is where a command is installed (command -v); it exits 1
+// or 127 when there is none, which are results.
+func CommandPath(name string) Query {
+	return lookScript("look for "+name, `command -v "$1"`, name).Allow(1, 127)
+}
+
+// CloudInitStatus is cloud-init's status now.
+func CloudInitStatus() Query { return look("cloud-init", "status") }
+
+// CloudInitWait waits for cloud-init to finish and prints its status: it
+// blocks, and reads only.
+func CloudInitWait() Query { return look("cloud-init", "status", "--wait") }
