@@ -31,7 +31,7 @@ exec 9>"$bin/.build.lock"
 flock 9
 # The first build's time, per set, measured on 2 cores with empty
 # Go caches and the modules fetched (docs/testing.md).
-declare -A first_time=([demo]="about 11 minutes" [all]="about 11 minutes for the demo's part and a few more for the tests'")
+declare -A first_time=([demo]="about 6 minutes" [all]="about 6 minutes for the demo's part and a few more for the tests'")
 declare -A runs=([demo]="the demo runs" [all]="the demo and the tests run")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
