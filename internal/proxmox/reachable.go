@@ -95,14 +95,14 @@ func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
 	if !f.VMExists || !f.Running || s.Record == nil || !s.Record.NeverReached() {
 		return ok, nil
 	}
-	// A run gave up on this boot of it, or it has had its boot time. A VM
-	// started since a run gave up (this run's start-vm, or by hand) is
-	// booting, not hung.
-	gaveUp, ok2 := s.Record.GaveUpAt()
-	if !(ok2 && gaveUp.After(f.BootedAt())) && f.Uptime < s.Bound() {
+	// Only a VM a run gave up on since it booted, or that has had its boot
+	// time: one started since a run gave up (this run's start-vm, or by
+	// hand) is booting, not hung.
+	gaveUp, recorded := s.Record.GaveUpAt()
+	if !(recorded && gaveUp.After(f.BootedAt())) && f.Uptime < s.Bound() {
 		return ok, nil
 	}
-	// It has had its boot time. If it answers now, it was only slow.
+	// If it answers now, it was only slow.
 	_, err := s.Dial(ctx, false)
 	var hk *remote.HostKeyError
 	switch {

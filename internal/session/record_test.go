@@ -81,7 +81,7 @@ func TestRunRecordOfAWaitThatGaveUp(t *testing.T) {
 		t.Errorf("GaveUpAt = %v, %v; want about now", at, ok)
 	}
 	b, _ := os.ReadFile(marker)
-	if !strings.HasPrefix(string(b), "me@laptop pid 1\n"+gaveUpLine) || !strings.HasSuffix(string(b), "Z\n") {
+	if !strings.HasPrefix(string(b), "me@laptop pid 1\n"+gaveUpLine+" at ") || !strings.HasSuffix(string(b), "Z\n") {
 		t.Errorf("record:\n%s", b)
 	}
 	if fi, _ := os.Stat(marker); fi.Mode().Perm() != 0o600 {

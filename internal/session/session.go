@@ -96,16 +96,9 @@ func (s *Session) Executor() step.Executor {
 // connection it opened.
 func (s *Session) APIDialer(h remote.Reader) kube.Dialer {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		s.mu.Lock()
-		var c *remote.Conn
-		for _, hc := range s.conns {
-			if hc.conn.Name() == h.Name() {
-				c = hc.conn
-			}
-		}
-		s.mu.Unlock()
-		if c == nil {
-			return nil, fmt.Errorf("no connection to %s in this run", h.Name())
+		c, err := s.connNamed(h.Name())
+		if err != nil {
+			return nil, err
 		}
 		return c.DialContext(ctx, network, addr)
 	}
@@ -114,9 +107,15 @@ func (s *Session) APIDialer(h remote.Reader) kube.Dialer {
 // byName is the open connection to the host of that name (a node's or a
 // VM's, as its target names it).
 func (s *Session) byName(ctx context.Context, name string) (remote.Host, error) {
+	return s.connNamed(name)
+}
+
+// connNamed is the open connection whose target has that name; two of one
+// name are an error, not a guess.
+func (s *Session) connNamed(name string) (*remote.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var found remote.Host
+	var found *remote.Conn
 	for _, hc := range s.conns {
 		if hc.conn.Name() != name {
 			continue
@@ -274,9 +273,9 @@ type newVM struct {
 }
 
 // gaveUpLine starts the line a run that waited for SSH to the end of its
-// bound appends, followed by when (RFC 3339): the next run resets the VM
-// only if it has not booted again since.
-const gaveUpLine = "a run waited for SSH to the end of its bound at "
+// bound appends, followed by " at " and when (RFC 3339): the next run
+// resets the VM only if it has not booted again since.
+const gaveUpLine = "a run waited for SSH to the end of its bound"
 
 func (r newVM) NeverReached() bool { return r.s.VMNeverReached(r.srv) }
 
@@ -291,7 +290,7 @@ func (r newVM) GaveUpAt() (time.Time, bool) {
 	var last time.Time
 	found := false
 	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, strings.TrimSuffix(gaveUpLine, " at ")); ok {
+		if rest, ok := strings.CutPrefix(l, gaveUpLine); ok {
 			found = true
 			if t, err := time.Parse(time.RFC3339, strings.TrimPrefix(rest, " at ")); err == nil && t.After(last) {
 				last = t
@@ -324,7 +323,7 @@ func (s *Session) StepFailed(host string, err error) error {
 		if err != nil {
 			return fmt.Errorf("record that the wait for VM %s gave up: %w", na.VMID, err)
 		}
-		_, err = f.WriteString(gaveUpLine + time.Now().UTC().Format(time.RFC3339) + "\n")
+		_, err = f.WriteString(gaveUpLine + " at " + time.Now().UTC().Format(time.RFC3339) + "\n")
 		return errors.Join(err, f.Close())
 	}
 	return nil
