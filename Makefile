@@ -64,10 +64,11 @@ drop-points:
 deps:
 	@bash hack/install-deps.sh
 
-# The demo builds only what it runs (hack/build.sh demo), not what only
-# the tests need.
+# The demo builds only what it runs, not what only the tests need: mgmtctl
+# and the lab first (hack/build.sh lab), then upstream's cert-manager and
+# operator beside the lab as it starts (hack/demo.sh).
 demo: deps
-	@bash hack/build.sh demo
+	@bash hack/build.sh lab
 	@./hack/demo.sh
 
 clean:
