@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,17 +20,22 @@ import (
 func newBackup(g *global, o *Options) *cobra.Command {
 	var to string
 	var keep int
+	var list bool
 	cmd := &cobra.Command{
 		Use:   "backup",
 		Short: "Copy an etcd snapshot of the management cluster to this laptop",
 		Long: "backup saves an etcd snapshot on the VM (k3s etcd-snapshot save) and copies it to a new\n" +
 			"directory on the laptop with its sha256, the server token a restore needs (0600, never\n" +
 			"printed), the config and the pins it was taken with; the server's copy is then deleted.\n" +
-			"The newest --keep backups are kept. Default directory: ~/.local/share/mgmtctl/backups/<name>.",
+			"The newest --keep backups are kept. Default directory: ~/.local/share/mgmtctl/backups/<name>.\n" +
+			"With --list it lists the backups, newest first, and connects nowhere.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if keep < 1 {
 				return usageError{fmt.Errorf("--keep must be at least 1, got %d", keep)}
+			}
+			if list {
+				return listBackups(g, o, to)
 			}
 			d, err := openRun(g, o)
 			if err != nil {
@@ -53,7 +61,72 @@ func newBackup(g *global, o *Options) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&to, "to", "", "directory of this cluster's backups (default ~/.local/share/mgmtctl/backups/<name>)")
 	cmd.Flags().IntVar(&keep, "keep", 5, "keep the newest N backups, remove older ones")
+	cmd.Flags().BoolVar(&list, "list", false, "list the backups (newest first) with their age, and take none")
 	return cmd
+}
+
+// listedBackup is one backup as backup --list -o json gives it.
+type listedBackup struct {
+	Where    string            `json:"where"` // "laptop"
+	Dir      string            `json:"dir"`
+	Created  time.Time         `json:"created"`
+	AgeSecs  int64             `json:"ageSeconds"`
+	Snapshot string            `json:"snapshot"`
+	Size     int64             `json:"size"`
+	SHA256   string            `json:"sha256"`
+	Pins     map[string]string `json:"pins"`
+}
+
+// listBackups prints the cluster's backups in dir (the default
+// directory when empty), newest first: a table, or JSON for scripts.
+func listBackups(g *global, o *Options, dir string) error {
+	r, err := newRun(g, o)
+	if err != nil {
+		return err
+	}
+	if dir == "" {
+		dir = r.s.BackupDir()
+	}
+	all, err := backup.List(dir)
+	if err != nil {
+		return r.fail(fmt.Errorf("list the backups in %s: %w", dir, err))
+	}
+	now := o.Now()
+	listed := make([]listedBackup, 0, len(all))
+	for _, b := range all {
+		listed = append(listed, listedBackup{Where: "laptop", Dir: b.Dir, Created: b.Created, AgeSecs: int64(now.Sub(b.Created) / time.Second),
+			Snapshot: b.Snapshot, Size: b.Size, SHA256: b.SHA256, Pins: b.Pins})
+	}
+	if g.output == "json" {
+		enc := json.NewEncoder(o.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(listed)
+	}
+	if len(listed) == 0 {
+		fmt.Fprintf(o.Out, "no backups in %s (mgmtctl backup takes one)\n", dir)
+		return nil
+	}
+	tw := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WHERE\tBACKUP\tAGE\tSIZE\tK3S")
+	for _, b := range listed {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f MiB\t%s\n", b.Where, b.Dir, age(now.Sub(b.Created)), float64(b.Size)/(1<<20), b.Pins["k3s"])
+	}
+	return tw.Flush()
+}
+
+// age is a duration as a listing shows it: its largest unit.
+func age(d time.Duration) string {
+	switch {
+	case d < 0: // a backup dated ahead of this laptop's clock
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 }
 
 func newRestore(g *global, o *Options) *cobra.Command {
@@ -65,7 +138,10 @@ func newRestore(g *global, o *Options) *cobra.Command {
 		Long: "restore checks the backup's sha256 and pins before touching anything, asks for the\n" +
 			"cluster's name (or --yes), restores the snapshot with k3s's cluster reset under the\n" +
 			"backup's server token, then converges every phase after vm and waits until the\n" +
-			"providers are Ready. Everything the cluster got after the backup is lost.",
+			"providers are Ready. With several servers, k3s stops on all of them, the first\n" +
+			"restores the snapshot, and the others move their etcd data aside and rejoin it, one\n" +
+			"at a time. Everything the cluster got after the backup is lost; a restore cut short\n" +
+			"is redone by running it again.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" {
@@ -87,11 +163,6 @@ func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pi
 	}
 	defer d.close()
 	// Everything that can refuse the backup does so before any connection.
-	if n := len(d.l.Servers()); n > 1 {
-		// Restoring one server of several needs the others wiped and
-		// rejoined (k3s's cluster-reset procedure): not built yet.
-		return d.fail(fmt.Errorf("restore of a cluster of %d servers is not supported in this version: restore needs one server (k3s's cluster-reset restores on one, and the others must be wiped and rejoin); nothing was touched", n))
-	}
 	b, err := backup.Read(from)
 	if err != nil {
 		return d.fail(err)
@@ -108,8 +179,12 @@ func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pi
 		return d.fail(fmt.Errorf("the backup was taken with other pins than the config's:\n  %s\nset the config's pins to the backup's, or pass --allow-pin-mismatch (the phases after the restore then move the cluster to the config's pins)",
 			strings.Join(diff, "\n  ")))
 	}
-	fmt.Fprintf(d.info(), "restore will replace the state of %s (VM %d at %s) with snapshot %s, taken %s; what the cluster got since is lost\n",
-		d.l.Cluster.Metadata.Name, d.l.Servers()[0].ID, d.l.Servers()[0].Net.Addr(), b.Snapshot, b.Created.Format("2006-01-02 15:04:05 MST"))
+	var vms []string
+	for _, srv := range d.l.Servers() {
+		vms = append(vms, fmt.Sprintf("VM %d at %s", srv.ID, srv.Net.Addr()))
+	}
+	fmt.Fprintf(d.info(), "restore will replace the state of %s (%s) with snapshot %s, taken %s; what the cluster got since is lost\n",
+		d.l.Cluster.Metadata.Name, strings.Join(vms, ", "), b.Snapshot, b.Created.Format("2006-01-02 15:04:05 MST"))
 	if !d.confirm(yes, "restore it") {
 		return exitError(ExitFailed)
 	}

@@ -489,3 +489,40 @@ func TestKubeconfigCommand(t *testing.T) {
 		t.Errorf("merged file:\n%s", b)
 	}
 }
+
+// TestBackupList: backup --list shows the complete backups newest first,
+// with their age, and connects nowhere (the config's host is not
+// listened on); -o json gives the same for scripts.
+func TestBackupList(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.writeConfig("192.0.2.10", nil)
+	dir := filepath.Join(e.home, ".local/share/mgmtctl/backups/lab-mgmt")
+	now := time.Now().UTC()
+	for name, created := range map[string]time.Time{"older": now.Add(-50 * time.Hour), "newer": now.Add(-90 * time.Minute), "cut-short": {}} {
+		os.MkdirAll(filepath.Join(dir, name), 0o700)
+		if created.IsZero() {
+			continue // no backup.json: an interrupted backup
+		}
+		man := fmt.Sprintf(`{"cluster":"lab-mgmt","created":%q,"snapshot":"mgmtctl-%s","sha256":"ab","size":2097152,"pins":{"k3s":"v1.35.7+k3s1"}}`, created.Format(time.RFC3339), name)
+		os.WriteFile(filepath.Join(dir, name, "backup.json"), []byte(man), 0o600)
+	}
+	if code := e.run("backup", "--list", "-c", cfg); code != 0 {
+		t.Fatalf("exit %d: %s", code, e.err.String())
+	}
+	lines := strings.Split(strings.TrimSpace(e.out.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "WHERE") ||
+		!strings.Contains(lines[1], filepath.Join(dir, "newer")) || !strings.Contains(lines[1], " 1h ") ||
+		!strings.Contains(lines[2], filepath.Join(dir, "older")) || !strings.Contains(lines[2], " 2d ") || !strings.Contains(lines[2], "2.0 MiB  v1.35.7+k3s1") {
+		t.Errorf("listing:\n%s", e.out.String())
+	}
+	if code := e.run("backup", "--list", "-o", "json", "-c", cfg); code != 0 {
+		t.Fatalf("json: exit %d: %s", code, e.err.String())
+	}
+	var listed []listedBackup
+	if err := json.Unmarshal(e.out.Bytes(), &listed); err != nil || len(listed) != 2 || listed[0].Snapshot != "mgmtctl-newer" || listed[0].AgeSecs < 5400 || listed[1].Where != "laptop" {
+		t.Errorf("json listing %+v, %v:\n%s", listed, err, e.out.String())
+	}
+	if code := e.run("backup", "--list", "--to", e.path("none"), "-c", cfg); code != 0 || !strings.Contains(e.out.String(), "no backups in") {
+		t.Errorf("no backups: exit %d\n%s", code, e.out.String())
+	}
+}

@@ -3,10 +3,12 @@ package phase
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/backup"
 	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -40,17 +42,71 @@ func Backup(s *session.Session, dir string, keep int, config []byte, now func() 
 	}
 }
 
-// Restore is the restore command's phases: the snapshot put back on the
-// VM, then every phase after vm converged again, which waits for the node,
-// the charts and the providers, and rewrites the laptop's kubeconfigs for
-// the cluster's restored CA.
+// Restore is the restore command's phases: the snapshot put back, then
+// every phase after vm converged again, which waits for the nodes, the
+// charts and the providers, and rewrites the laptop's kubeconfigs for the
+// cluster's restored CA.
+//
+// With several servers it follows k3s's procedure for them (package
+// k3s, rejoin.go): k3s stops on the other servers first; the first
+// restores the snapshot alone; with a VIP, the restore waits for it to
+// answer again, the address the others join at; then each other server
+// moves its etcd data aside and joins, one at a time, and every member
+// must be healthy before the phases that follow. A restore cut short
+// anywhere is redone whole by running it again: each of these steps
+// starts from whatever state the last one left.
 func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step.Phase {
 	c := &s.Config.Cluster
-	vm := &backup.VM{Name: c.Metadata.Name}
+	servers := s.Config.Servers()
+	first := &backup.VM{Name: servers[0].Name}
+	// The k3s phase's view of each server, for the peers' steps and the
+	// wait for the VIP.
+	vms := make([]*k3s.VM, len(servers))
+	for i := range servers {
+		vms[i] = &k3s.VM{Spec: k3sSpec(s.Config, i)}
+	}
+	a := s.Cluster()
+	var steps []step.Step
+	for _, v := range vms[1:] {
+		steps = append(steps, &k3s.Stop{V: v})
+	}
+	steps = append(steps, &backup.Restore{V: first, B: b, Snapshot: snapshot, Token: token})
+	if len(servers) > 1 {
+		if c.Spec.VIP.Addr.IsValid() {
+			steps = append(steps, &k3s.APIAddress{V: vms[0], Addr: c.Spec.VIP.Addr, API: a.API, Timeout: s.WaitTimeout})
+		}
+		for _, v := range vms[1:] {
+			steps = append(steps, &k3s.Rejoin{V: v, Token: token})
+		}
+		var names []string
+		for _, srv := range servers {
+			names = append(names, srv.Name)
+		}
+		steps = append(steps, &k3s.Members{Name: first.Name, Health: func(ctx context.Context) ([]k3s.MemberHealth, error) {
+			return a.EtcdHealth(ctx, names)
+		}}, &k3s.StaleNodes{Name: first.Name, Servers: names, API: a.API})
+	}
 	restore := step.Phase{
-		Tag:     step.TagRestore,
-		Prepare: dialFor(s, vm),
-		Steps:   []step.Step{&backup.Restore{V: vm, B: b, Snapshot: snapshot, Token: token}},
+		Tag: step.TagRestore,
+		Prepare: func(ctx context.Context) (string, error) {
+			var names []string
+			for i, srv := range servers {
+				names = append(names, srv.Name)
+				h, err := s.DialVM(ctx, srv, false, nil)
+				if err != nil {
+					return srv.Name, err
+				}
+				if i == 0 {
+					first.Host = h
+				}
+				vms[i].Host = h
+				if err := vms[i].Gather(ctx); err != nil {
+					return srv.Name, err
+				}
+			}
+			return strings.Join(names, ","), nil
+		},
+		Steps: steps,
 	}
 	return append([]step.Phase{restore}, Build(s)[1:]...)
 }

@@ -119,17 +119,19 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 			v.Gate = func(ctx context.Context) error {
 				// The members are the servers k3s runs on; one still to
 				// be installed (a cluster growing) is not one yet.
-				var members []string
+				var members []*k3s.VM
+				var names []string
 				for _, o := range vms {
 					if o.Installed != "" {
-						members = append(members, o.Name())
+						members, names = append(members, o), append(names, o.Name())
 					}
 				}
-				hs, err := a.EtcdHealth(ctx, members)
-				if err != nil || hs == nil {
-					return err
+				q := k3s.Quorum{Self: v.Name(), Members: members, API: a.API, Bound: s.WaitTimeout,
+					Health: func(ctx context.Context) ([]k3s.MemberHealth, error) { return a.EtcdHealth(ctx, names) }}
+				if s.ReadOnly {
+					q.Bound = -1 // a check run says what it sees, and waits for nothing
 				}
-				return k3s.QuorumGate(v.Name(), hs)
+				return q.Check(ctx)
 			}
 		}
 		vms[i] = v

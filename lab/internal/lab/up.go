@@ -143,36 +143,40 @@ func (l *Lab) Up(out io.Writer) error {
 
 // copyK3s brings the k3s simulator (built beside labsim) into the lab,
 // for the mirror to release, and upstream's builds the lab's kubelet runs
-// (cluster-api-operator-<version>, cert-manager-<component>-<version>).
+// (cluster-api-operator-<version>, cert-manager-<component>-<version>)
+// that are there already. It records where they are built (BuildsFile):
+// the kubelet takes one still being built from there when it appears, as a
+// kubelet pulls an image (make demo builds them while the lab starts).
 func (l *Lab) copyK3s() error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	src := filepath.Join(filepath.Dir(self), "k3s")
+	builds := filepath.Dir(self)
+	src := filepath.Join(builds, "k3s")
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("the lab's k3s simulator is not beside labsim (%s): build both with make build", src)
 	}
-	ops, _ := filepath.Glob(filepath.Join(filepath.Dir(self), "cluster-api-operator-v*"))
-	if len(ops) == 0 {
-		return fmt.Errorf("upstream's cluster-api-operator is not beside labsim (%s/cluster-api-operator-<version>): build it with make build", filepath.Dir(self))
-	}
+	ops, _ := filepath.Glob(filepath.Join(builds, "cluster-api-operator-v*"))
 	// cert-manager-<version>, and the links to it that name each component.
-	cms, _ := filepath.Glob(filepath.Join(filepath.Dir(self), "cert-manager-*"))
-	if len(cms) == 0 {
-		return fmt.Errorf("upstream's cert-manager is not beside labsim (%s/cert-manager-<version>): build it with make build", filepath.Dir(self))
-	}
+	cms, _ := filepath.Glob(filepath.Join(builds, "cert-manager-*"))
 	files := map[string]string{src: l.K3sBinary()}
 	for _, b := range append(ops, cms...) {
-		files[b] = l.path("bin", filepath.Base(b))
+		if _, err := os.Stat(b); err == nil { // a link to a build not there yet is not copied
+			files[b] = l.path("bin", filepath.Base(b))
+		}
 	}
 	for src, dst := range files {
 		if err := linkOrCopy(src, dst); err != nil {
 			return err
 		}
 	}
-	return nil
+	return os.WriteFile(l.path(BuildsFile), []byte(builds+"\n"), 0o644)
 }
+
+// BuildsFile, in the lab's directory, names the directory labsim and
+// upstream's builds are in.
+const BuildsFile = "builds"
 
 func linkOrCopy(src, dst string) error {
 	_ = os.Remove(dst)
