@@ -1,6 +1,8 @@
 package kube
 
 import (
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
 	"context"
 	"io"
 	"net"
@@ -147,3 +149,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 		t.Errorf("the dry-run create persisted: %v", err)
 	}
 }
+
+// client-go cancels a request through the transports it wraps only where
+// each says what it wraps.
+var _ utilnet.RoundTripperWrapper = dryRun{}

@@ -150,6 +150,12 @@ func DryRunTransport(rt http.RoundTripper) http.RoundTripper { return dryRun{rt}
 
 type dryRun struct{ next http.RoundTripper }
 
+// WrappedRoundTripper lets client-go reach the transport beneath to cancel
+// a request (k8s.io/apimachinery/pkg/util/net.RoundTripperWrapper);
+// without it, client-go logs "unable to cancel request" on the user's
+// terminal each time a request with a timeout ends.
+func (d dryRun) WrappedRoundTripper() http.RoundTripper { return d.next }
+
 func (d dryRun) RoundTrip(r *http.Request) (*http.Response, error) {
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:

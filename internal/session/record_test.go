@@ -1,6 +1,8 @@
 package session
 
 import (
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
 	"errors"
 	"os"
 	"path/filepath"
@@ -94,3 +96,7 @@ func TestRunRecordOfAWaitThatGaveUp(t *testing.T) {
 		t.Errorf("an old line reads as %v, %v; want a run that gave up, time unknown", at, ok)
 	}
 }
+
+// client-go cancels a request through the transports it wraps only where
+// each says what it wraps.
+var _ utilnet.RoundTripperWrapper = linkAware{}

@@ -397,21 +397,28 @@ func (s *Session) DialVM(ctx context.Context, srv config.Server, wait bool, prog
 // than with what HTTP saw of it (EOF, a lost HTTP/2 connection).
 func (s *Session) LinkAware(host string) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if err != nil {
-				if lost := s.lostDuring(host, "a Kubernetes API request"); lost != nil {
-					return nil, fmt.Errorf("%w (%v)", lost, err)
-				}
-			}
-			return resp, err
-		})
+		return linkAware{next: rt, lost: func() error { return s.lostDuring(host, "a Kubernetes API request") }}
 	}
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+type linkAware struct {
+	next http.RoundTripper
+	lost func() error
+}
 
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+func (l linkAware) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err != nil {
+		if lost := l.lost(); lost != nil {
+			return nil, fmt.Errorf("%w (%v)", lost, err)
+		}
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go reach the transport beneath to cancel
+// a request (k8s.io/apimachinery/pkg/util/net.RoundTripperWrapper).
+func (l linkAware) WrappedRoundTripper() http.RoundTripper { return l.next }
 
 // Lost says whether the connection to host (a step's Host: a node's or a
 // VM's name) was given up because the host stopped answering, for the

@@ -153,7 +153,17 @@ func mustSucceed(t *testing.T, r labtest.Result, what string) {
 // at a known point.
 func (e *env) killWhen(tags, path, what string) {
 	e.t.Helper()
-	full, err := e.ExecArgv("", []string{e.bin, "apply", "--tags", tags, "-c", e.ConfigPath()})
+	e.killRunWhen([]string{"apply", "--tags", tags}, func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	}, what)
+}
+
+// killRunWhen starts `mgmtctl args... -c CONFIG` in the laptop namespace
+// and SIGKILLs it (with its children) as soon as reached says so.
+func (e *env) killRunWhen(args []string, reached func() bool, what string) {
+	e.t.Helper()
+	full, err := e.ExecArgv("", append(append([]string{e.bin}, args...), "-c", e.ConfigPath()))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -163,10 +173,7 @@ func (e *env) killWhen(tags, path, what string) {
 		e.t.Fatal(err)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			break
-		}
+	for !reached() {
 		if time.Now().After(deadline) {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			cmd.Wait()

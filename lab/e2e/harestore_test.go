@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
 var stepLine = regexp.MustCompile(`(?m)^\w+: \[([^\]]+)\] ([a-z0-9]+)/([a-z0-9-]+)`)
@@ -35,7 +37,8 @@ metadata:
 // TestHARestore is disaster recovery for a cluster of three servers, onto
 // VMs destroyed and re-created: apply, a test object and a removed
 // server's Node, backup; destroy and apply three fresh servers (the object
-// is gone); restore follows k3s's procedure (k3s stopped on the others,
+// is gone); a restore killed half-way is completed by the next, which
+// follows k3s's procedure (k3s stopped on the others,
 // the first reset from the snapshot, the others' etcd data moved aside and
 // each rejoined) and leaves three healthy members, the object back, the
 // removed server's Node gone and the providers Ready; the next apply
@@ -67,8 +70,15 @@ func TestHARestore(t *testing.T) {
 		t.Fatalf("the fresh cluster has the object: %q", out)
 	}
 
+	// A restore killed as the second server's etcd data is moved aside
+	// (the first already reset): the next restore completes it.
+	second := filepath.Join(e.VMDisk(lab.VMID+1), "upper/var/lib/rancher/k3s/server")
+	e.killRunWhen([]string{"restore", "--from", dirs[0], "--yes"}, func() bool {
+		moved, _ := filepath.Glob(filepath.Join(second, "db-before-restore-*"))
+		return len(moved) > 0
+	}, "the second server's rejoin")
 	r = e.mgmtctl("restore", "--from", dirs[0], "--yes")
-	mustSucceed(t, r, "restore")
+	mustSucceed(t, r, "restore after a restore killed")
 	noSecret(t, r, secret)
 	// k3s's procedure, in its order: the others stopped before the first
 	// is reset, then each rejoins.

@@ -140,12 +140,7 @@ func (k *Kubelet) runBinary(ctx context.Context, p *corev1.Pod, st *podState, no
 	st.proc = proc
 }
 
-// binary is upstream's build for the container's image: the node's copy
-// in the lab's bin/, or else the build where labsim was built (the lab's
-// "builds" file names the directory; labsim up writes it), copied in on
-// first use as a kubelet pulls an image. A build not there yet (make demo
-// builds them while the lab starts) is an image that cannot be pulled
-// yet: the container waits in ErrImagePull, and the kubelet tries again.
+// binary is upstream's build for the container's image.
 func (k *Kubelet) binary(image string) (string, error) {
 	repo, tag := splitImage(image)
 	name, ok := upstreamImages[repo]
@@ -153,58 +148,11 @@ func (k *Kubelet) binary(image string) (string, error) {
 		return "", fmt.Errorf("failed to pull image %q: the lab builds no binary for it", image)
 	}
 	p := filepath.Join(k.LabDir, "bin", name+"-"+tag)
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
-	}
-	if err := k.pull(name+"-"+tag, p); err != nil {
+	if _, err := os.Stat(p); err != nil {
 		// What a kubelet reports for an image no registry has.
-		return "", fmt.Errorf("failed to pull image %q: not found (the lab has no %s: %v)", image, p, err)
+		return "", fmt.Errorf("failed to pull image %q: not found (the lab has no %s)", image, p)
 	}
-	k.logf("pulled %s", image)
 	return p, nil
-}
-
-// pull copies the build named file from the builds directory to dst,
-// through a temporary name, so a container never starts half a copy.
-// upstream's build is complete when it has its name (hack/build.sh
-// renames it into place).
-func (k *Kubelet) pull(file, dst string) error {
-	b, err := os.ReadFile(filepath.Join(k.LabDir, "builds"))
-	if err != nil {
-		return err
-	}
-	src, err := filepath.EvalSymlinks(filepath.Join(strings.TrimSpace(string(b)), file))
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	tmp := dst + ".pull"
-	_ = os.Remove(tmp)
-	if err := os.Link(src, tmp); err != nil {
-		if err := copyFile(src, tmp); err != nil {
-			return err
-		}
-	}
-	return os.Rename(tmp, dst)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // bindScript runs a container's process in a mount namespace of its own

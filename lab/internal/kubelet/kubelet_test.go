@@ -239,33 +239,3 @@ func TestSyncPod(t *testing.T) {
 		t.Errorf("no deletion with grace 0 and the pod's UID: %v", cs.Actions())
 	}
 }
-
-// TestBinaryPulled: a build not in the lab's bin/ is taken from the
-// builds directory once it is there (through the links that name each
-// cert-manager component), as an image pulled; before, the container's
-// image cannot be pulled.
-func TestBinaryPulled(t *testing.T) {
-	lab, builds := t.TempDir(), t.TempDir()
-	if err := os.WriteFile(filepath.Join(lab, "builds"), []byte(builds+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	os.Symlink("cert-manager-v1.21.2", filepath.Join(builds, "cert-manager-webhook-v1.21.2"))
-	k := &Kubelet{LabDir: lab}
-	image := "quay.io/jetstack/cert-manager-webhook:v1.21.2"
-	if _, err := k.binary(image); err == nil || !strings.Contains(err.Error(), `failed to pull image "`+image+`": not found`) {
-		t.Fatalf("before the build: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(builds, "cert-manager-v1.21.2"), []byte("build"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p, err := k.binary(image)
-	if err != nil || p != filepath.Join(lab, "bin", "cert-manager-webhook-v1.21.2") {
-		t.Fatalf("after the build: %q, %v", p, err)
-	}
-	if b, err := os.ReadFile(p); err != nil || string(b) != "build" {
-		t.Errorf("pulled %q, %v", b, err)
-	}
-	if left, _ := filepath.Glob(filepath.Join(lab, "bin", "*.pull")); len(left) != 0 {
-		t.Errorf("left behind: %v", left)
-	}
-}

@@ -79,6 +79,15 @@ func RunDaemon(l *Lab, ready *os.File) error {
 			return fail(err)
 		}
 	}
+	// Upstream's builds still being built (make demo) come into the lab
+	// as they are done; an up from the tests has them all already.
+	if b, err := os.ReadFile(l.path(BuildsFile)); err == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := l.watchBuilds(ctx, strings.TrimSpace(string(b)), d.log.Printf); err != nil {
+			d.log.Printf("upstream's builds are not watched: %v", err)
+		}
+	}
 	_ = os.Remove(l.ControlSocket())
 	ln, err := net.Listen("unix", l.ControlSocket())
 	if err != nil {

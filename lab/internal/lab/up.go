@@ -143,10 +143,9 @@ func (l *Lab) Up(out io.Writer) error {
 
 // copyK3s brings the k3s simulator (built beside labsim) into the lab,
 // for the mirror to release, and upstream's builds the lab's kubelet runs
-// (cluster-api-operator-<version>, cert-manager-<component>-<version>)
 // that are there already. It records where they are built (BuildsFile):
-// the kubelet takes one still being built from there when it appears, as a
-// kubelet pulls an image (make demo builds them while the lab starts).
+// the lab's daemon brings in each one still being built once it is there
+// (watchBuilds), as a kubelet pulls an image once it is pushed.
 func (l *Lab) copyK3s() error {
 	self, err := os.Executable()
 	if err != nil {
@@ -157,26 +156,14 @@ func (l *Lab) copyK3s() error {
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("the lab's k3s simulator is not beside labsim (%s): build both with make build", src)
 	}
-	ops, _ := filepath.Glob(filepath.Join(builds, "cluster-api-operator-v*"))
-	// cert-manager-<version>, and the links to it that name each component.
-	cms, _ := filepath.Glob(filepath.Join(builds, "cert-manager-*"))
-	files := map[string]string{src: l.K3sBinary()}
-	for _, b := range append(ops, cms...) {
-		if _, err := os.Stat(b); err == nil { // a link to a build not there yet is not copied
-			files[b] = l.path("bin", filepath.Base(b))
-		}
+	if err := linkOrCopy(src, l.K3sBinary()); err != nil {
+		return err
 	}
-	for src, dst := range files {
-		if err := linkOrCopy(src, dst); err != nil {
-			return err
-		}
+	if _, err := l.syncBuilds(builds, true); err != nil {
+		return err
 	}
 	return os.WriteFile(l.path(BuildsFile), []byte(builds+"\n"), 0o644)
 }
-
-// BuildsFile, in the lab's directory, names the directory labsim and
-// upstream's builds are in.
-const BuildsFile = "builds"
 
 func linkOrCopy(src, dst string) error {
 	_ = os.Remove(dst)
