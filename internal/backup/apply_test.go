@@ -147,3 +147,35 @@ func TestFetchRefusesACopyNotPlanned(t *testing.T) {
 		t.Errorf("did %q on the server", got)
 	}
 }
+
+// TestBeforeARiskyChange: apply's backup is taken only when its reason
+// says so (asked once for every step), and records why.
+func TestBeforeARiskyChange(t *testing.T) {
+	asked := 0
+	reason := ""
+	b := &Before{Reason: func(context.Context) (string, error) { asked++; return reason, nil }}
+	take := &Take{V: &VM{Name: "lab-mgmt", Host: &remotetest.Host{HostName: "lab-mgmt"}}, Before: b}
+	p, err := (&Save{T: take}).Check(context.Background())
+	if err != nil || p.Skip == "" || !p.Empty() {
+		t.Errorf("no risky change: %+v, %v", p, err)
+	}
+	if p, err := (&Fetch{T: take}).Check(context.Background()); err != nil || p.Skip == "" {
+		t.Errorf("no snapshot to copy: %+v, %v", p, err)
+	}
+
+	reason = "before upgrading k3s from v1.35.7+k3s1 to v1.35.8+k3s1"
+	b2 := &Before{Reason: b.Reason}
+	take.Before = b2
+	p, err = (&Save{T: take}).Check(context.Background())
+	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, reason) || take.Manifest.Reason != reason {
+		t.Errorf("a risky change: %+v, %v, manifest %+v", p, err, take.Manifest)
+	}
+	(&Save{T: take}).Check(context.Background())
+	if asked != 2 {
+		t.Errorf("the reason was asked %d times for two decisions", asked)
+	}
+	var none *Before
+	if r, err := none.Get(context.Background()); r != "" || err != nil {
+		t.Errorf("no Before: %q, %v", r, err)
+	}
+}

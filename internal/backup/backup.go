@@ -48,6 +48,9 @@ type Manifest struct {
 	Size     int64     `json:"size"`
 	// Pins are the versions the config pinned (k3s, charts, providers).
 	Pins map[string]string `json:"pins"`
+	// Reason is why apply took it, before a risky change ("before
+	// upgrading k3s from … to …"); empty for `mgmtctl backup`'s.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Backup is one backup directory on the laptop.

@@ -41,7 +41,35 @@ type Take struct {
 	Manifest Manifest // Cluster and Pins set by the caller
 	Config   []byte   // mgmt.yaml as it was
 	Now      func() time.Time
+	// Before, when set, makes the backup apply's, taken only before a
+	// risky change: it says which (the Manifest's Reason), or "" for
+	// none, and then nothing is saved.
+	Before   *Before
 	snapshot string
+}
+
+// Before is the decision to take a backup before a change: Reason is
+// asked once, the first time a step needs it, and kept for the others
+// (the pause, the save, the resume decide alike).
+type Before struct {
+	Reason func(ctx context.Context) (string, error)
+	asked  bool
+	reason string
+}
+
+// Get is the reason, "" for none.
+func (b *Before) Get(ctx context.Context) (string, error) {
+	if b == nil {
+		return "", nil
+	}
+	if !b.asked {
+		r, err := b.Reason(ctx)
+		if err != nil {
+			return "", err
+		}
+		b.asked, b.reason = true, r
+	}
+	return b.reason, nil
 }
 
 // Save takes an on-demand etcd snapshot on the server.
@@ -55,10 +83,23 @@ func (s *Save) ID() string { return "etcd-snapshot" }
 // Host implements step.Step.
 func (s *Save) Host() string { return s.T.V.Name }
 
-// Check implements step.Step: a backup is always a new snapshot.
+// Check implements step.Step: a backup is always a new snapshot; apply's
+// only before a risky change.
 func (s *Save) Check(ctx context.Context) (step.Plan, error) {
+	summary := "save an etcd snapshot of " + s.T.V.Name
+	if s.T.Before != nil {
+		reason, err := s.T.Before.Get(ctx)
+		if err != nil {
+			return step.Plan{}, err
+		}
+		if reason == "" {
+			return step.Plan{Skip: "no risky change: no snapshot before it"}, nil
+		}
+		s.T.Manifest.Reason = reason
+		summary += " " + reason + " (--no-snapshot skips it)"
+	}
 	return step.Plan{Changes: []step.Change{{Target: SnapshotDir, Action: step.Create,
-		Summary: "save an etcd snapshot of " + s.T.V.Name,
+		Summary: summary,
 		Effects: []effect.Effect{effect.Run{Host: s.T.V.conn(), Cmd: remote.Command("k3s", "etcd-snapshot", "save", "--name", SnapshotName).AsRoot()}}}}}, nil
 }
 

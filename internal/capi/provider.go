@@ -376,3 +376,27 @@ func (st Status) Summary() string {
 	}
 	return "installedVersion " + st.InstalledVersion
 }
+
+// VersionChange says which provider apply will move to another version
+// ("before moving CoreProvider capi-system/cluster-api from v1.12.10 to
+// v1.12.11"), or "" when none: a risky change, which apply takes a
+// snapshot before. A provider not created yet is no change.
+func (c *Cluster) VersionChange(ctx context.Context) (string, error) {
+	cl := c.API()
+	if cl == nil {
+		return "", nil
+	}
+	for _, p := range c.Providers() {
+		u, err := cl.Resource(p.Kind.GVR()).Namespace(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", p.Ref(), err)
+		}
+		if cur, _, _ := unstructured.NestedString(u.Object, "spec", "version"); cur != "" && cur != p.Version {
+			return fmt.Sprintf("before moving %s from %s to %s", p.Ref(), cur, p.Version), nil
+		}
+	}
+	return "", nil
+}

@@ -75,6 +75,7 @@ type listedBackup struct {
 	Size     int64             `json:"size"`
 	SHA256   string            `json:"sha256"`
 	Pins     map[string]string `json:"pins"`
+	Reason   string            `json:"reason,omitempty"`
 }
 
 // listBackups prints the cluster's backups in dir (the default
@@ -95,7 +96,7 @@ func listBackups(g *global, o *Options, dir string) error {
 	listed := make([]listedBackup, 0, len(all))
 	for _, b := range all {
 		listed = append(listed, listedBackup{Where: "laptop", Dir: b.Dir, Created: b.Created, AgeSecs: int64(now.Sub(b.Created) / time.Second),
-			Snapshot: b.Snapshot, Size: b.Size, SHA256: b.SHA256, Pins: b.Pins})
+			Snapshot: b.Snapshot, Size: b.Size, SHA256: b.SHA256, Pins: b.Pins, Reason: b.Reason})
 	}
 	if g.output == "json" {
 		enc := json.NewEncoder(o.Out)
@@ -107,9 +108,13 @@ func listBackups(g *global, o *Options, dir string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WHERE\tBACKUP\tAGE\tSIZE\tK3S")
+	fmt.Fprintln(tw, "WHERE\tBACKUP\tAGE\tSIZE\tK3S\tTAKEN")
 	for _, b := range listed {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f MiB\t%s\n", b.Where, b.Dir, age(now.Sub(b.Created)), float64(b.Size)/(1<<20), b.Pins["k3s"])
+		why := b.Reason
+		if why == "" {
+			why = "by mgmtctl backup"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f MiB\t%s\t%s\n", b.Where, b.Dir, age(now.Sub(b.Created)), float64(b.Size)/(1<<20), b.Pins["k3s"], why)
 	}
 	return tw.Flush()
 }
@@ -131,7 +136,7 @@ func age(d time.Duration) string {
 
 func newRestore(g *global, o *Options) *cobra.Command {
 	var from string
-	var yes, pinsOK bool
+	var yes, pinsOK, resume bool
 	cmd := &cobra.Command{
 		Use:   "restore",
 		Short: "Put a backup's etcd snapshot back on the management cluster (asks first)",
@@ -141,17 +146,35 @@ func newRestore(g *global, o *Options) *cobra.Command {
 			"providers are Ready. With several servers, k3s stops on all of them, the first\n" +
 			"restores the snapshot, and the others move their etcd data aside and rejoin it, one\n" +
 			"at a time. Everything the cluster got after the backup is lost; a restore cut short\n" +
-			"is redone by running it again.",
+			"is redone by running it again.\n\n" +
+			"A backup pauses every Cluster API Cluster for its snapshot, so a restored cluster's\n" +
+			"Clusters wake up paused and stay held so: check them, then resume them with\n" +
+			"restore --resume.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if resume {
+				if from != "" {
+					return usageError{fmt.Errorf("--resume resumes the Clusters a restore holds paused: run it alone, once you have checked the restored cluster")}
+				}
+				d, err := openRun(g, o)
+				if err != nil {
+					return err
+				}
+				defer d.close()
+				if _, err := engine.Run(cmd.Context(), []step.Phase{phase.Resume(d.s)}, engine.Options{Now: o.Now, Exec: o.Exec(d.s)}, d.listeners(false)); err != nil {
+					return d.fail(err)
+				}
+				return nil
+			}
 			if from == "" {
-				return usageError{fmt.Errorf("restore needs --from DIR (a backup directory)")}
+				return usageError{fmt.Errorf("restore needs --from DIR (a backup directory), or --resume")}
 			}
 			return runRestore(cmd.Context(), g, o, from, yes, pinsOK)
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the backup directory to restore")
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&resume, "resume", false, "resume the Cluster API Clusters a restore holds paused (and any a backup left paused)")
 	cmd.Flags().BoolVar(&pinsOK, "allow-pin-mismatch", false, "restore although the backup was taken with other pins than the config's")
 	return cmd
 }

@@ -257,6 +257,7 @@ type applyFlags struct {
 	check, diff    bool
 	detailed       bool
 	acceptNew      bool
+	noSnapshot     bool
 	waitTimeout    time.Duration
 }
 
@@ -296,6 +297,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	cmd.Flags().StringSliceVar(&f.skipTags, "skip-tags", nil, "skip these phases")
 	cmd.Flags().BoolVar(&f.detailed, "detailed-exitcode", false, "exit 3 when changes were made or are pending")
 	cmd.Flags().BoolVar(&f.acceptNew, "accept-new-host-key", false, "learn the VM's SSH host key although this run did not create the VM")
+	cmd.Flags().BoolVar(&f.noSnapshot, "no-snapshot", false, "take no backup before a risky change (a k3s upgrade, a provider's version)")
 	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 0, "bound every wait (defaults: the VM answering SSH 5m, node Ready 5m, provider API 5m, a chart 10m, a provider 10m)")
 	if !plan {
 		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
@@ -329,7 +331,7 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 	if f.waitTimeout < 0 {
 		return usageError{fmt.Errorf("--wait-timeout must be positive, got %s", f.waitTimeout)}
 	}
-	s.ReadOnly, s.AcceptNewHostKey, s.WaitTimeout = f.check, f.acceptNew, f.waitTimeout
+	s.ReadOnly, s.AcceptNewHostKey, s.WaitTimeout, s.NoSnapshot = f.check, f.acceptNew, f.waitTimeout, f.noSnapshot
 	all := o.Phases(s)
 	selected, err := engine.SelectPhases(all, parseTags(f.tags), parseTags(f.skipTags))
 	if err != nil {

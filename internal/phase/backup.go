@@ -3,10 +3,13 @@ package phase
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/backup"
+	"github.com/mgmtctl/mgmtctl/internal/capi"
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/session"
@@ -35,10 +38,46 @@ func Backup(s *session.Session, dir string, keep int, config []byte, now func() 
 	vm := &backup.VM{Name: c.Metadata.Name}
 	t := &backup.Take{V: vm, Dir: dir, Config: config, Now: now,
 		Manifest: backup.Manifest{Cluster: c.Metadata.Name, Pins: Pins(c)}}
+	// The Clusters are paused for the snapshot only: it holds them paused,
+	// so a restored cluster wakes up paused (package capi, pause.go).
+	cls := &capi.Clusters{Name: vm.Name, API: s.Cluster().API}
 	return step.Phase{
 		Tag:     step.TagBackup,
 		Prepare: dialFor(s, vm),
-		Steps:   []step.Step{&backup.Save{T: t}, &backup.Fetch{T: t}, &backup.Prune{Dir: dir, Keep: keep}},
+		Steps: []step.Step{&capi.Pause{C: cls}, &backup.Save{T: t}, &backup.Fetch{T: t},
+			&capi.Resume{C: cls}, &backup.Prune{Dir: dir, Keep: keep}},
+	}
+}
+
+// before is apply's backup before a risky change, into the laptop's
+// backups like any other: the Clusters paused, a snapshot on vm saved and
+// copied with why, the Clusters resumed. reason says why, or "" for no
+// risky change: then every step skips, reading nothing. vm's Host is
+// the phase's to set.
+func before(s *session.Session, vm *backup.VM, reason func(ctx context.Context) (string, error)) []step.Step {
+	if s.NoSnapshot {
+		return nil
+	}
+	c := &s.Config.Cluster
+	// The config as it is now, as a backup keeps it; unreadable, the
+	// backup keeps none rather than the run failing over it.
+	raw, _ := os.ReadFile(s.Config.Path)
+	b := &backup.Before{Reason: reason}
+	t := &backup.Take{V: vm, Dir: s.BackupDir(), Config: raw, Now: time.Now, Before: b,
+		Manifest: backup.Manifest{Cluster: c.Metadata.Name, Pins: Pins(c)}}
+	cls := &capi.Clusters{Name: vm.Name, API: s.Cluster().API}
+	return []step.Step{&capi.Pause{C: cls, When: b.Get}, &backup.Save{T: t}, &backup.Fetch{T: t}, &capi.Resume{C: cls, When: b.Get}}
+}
+
+// Resume is restore --resume's phase: the Clusters a restore holds paused
+// resumed, with those a backup left paused.
+func Resume(s *session.Session) step.Phase {
+	name := s.Config.Servers()[0].Name
+	a := s.Cluster()
+	return step.Phase{
+		Tag:     step.TagRestore,
+		Prepare: func(ctx context.Context) (string, error) { return name, a.Connect(ctx) },
+		Steps:   []step.Step{&capi.Resume{C: &capi.Clusters{Name: name, API: a.API}, Held: true}},
 	}
 }
 
@@ -86,6 +125,10 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 			return a.EtcdHealth(ctx, names)
 		}}, &k3s.StaleNodes{Name: first.Name, Servers: names, API: a.API})
 	}
+	// The Clusters the snapshot holds paused stay so until restore
+	// --resume: held before the capi phase that follows, whose resume
+	// would otherwise take them for a backup's left-overs.
+	steps = append(steps, &capi.Hold{C: &capi.Clusters{Name: first.Name, API: a.API}, Backup: filepath.Base(b.Dir)})
 	restore := step.Phase{
 		Tag: step.TagRestore,
 		Prepare: func(ctx context.Context) (string, error) {

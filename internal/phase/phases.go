@@ -3,6 +3,7 @@ package phase
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mgmtctl/mgmtctl/internal/addons"
+	"github.com/mgmtctl/mgmtctl/internal/backup"
 	"github.com/mgmtctl/mgmtctl/internal/capi"
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/inspector"
@@ -112,7 +114,10 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 	servers := s.Config.Servers()
 	vms := make([]*k3s.VM, len(servers))
 	checks := make([]*k3s.HostKeyCheck, len(servers))
-	var steps []step.Step
+	// A k3s upgrade is a risky change: a backup first, on the first server
+	// that runs k3s.
+	snap := &backup.VM{Name: servers[0].Name}
+	steps := before(s, snap, func(ctx context.Context) (string, error) { return k3sUpgrade(ctx, vms) })
 	for i, srv := range servers {
 		v := &k3s.VM{Spec: k3sSpec(s.Config, i)}
 		if len(servers) > 1 {
@@ -173,6 +178,9 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 				if err := v.Gather(ctx); err != nil {
 					return v.Name(), err
 				}
+				if snap.Host == nil && v.Host != nil && v.Active {
+					snap.Name, snap.Host = v.Name(), v.Host
+				}
 			}
 			if len(servers) > 1 {
 				joins, err := k3s.FirstServerJoins(ctx, vms)
@@ -187,6 +195,28 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 		},
 		Steps: steps,
 	}
+}
+
+// k3sUpgrade says that the k3s phase will upgrade a server, as "before
+// upgrading k3s from … to …", or "" for none (an install or a pin already
+// met is no upgrade; a newer k3s than pinned is the install step's
+// error). The server's quorum gate is asked first: an upgrade the gate
+// refuses takes no snapshot, and the run stops here, on the gate's error,
+// before anything changes.
+func k3sUpgrade(ctx context.Context, vms []*k3s.VM) (string, error) {
+	for _, v := range vms {
+		got, err := config.ParseK3sRelease(v.Installed)
+		if err != nil || got.Compare(v.Spec.Version) >= 0 {
+			continue
+		}
+		if v.Gate != nil {
+			if err := v.Gate(ctx); err != nil {
+				return "", err
+			}
+		}
+		return fmt.Sprintf("before upgrading k3s from %s to %s", v.Installed, v.Spec.Version), nil
+	}
+	return "", nil
 }
 
 func addonsPhase(s *session.Session, a *session.Cluster) step.Phase {
@@ -223,14 +253,25 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 		&capi.Namespaces{C: cl},
 		&capi.Variables{C: cl},
 	}
+	// A provider's version moved is a risky change: a backup first.
+	snap := &backup.VM{Name: c.Metadata.Name}
+	steps = append(steps, before(s, snap, cl.VersionChange)...)
 	for _, p := range cl.Providers() {
 		steps = append(steps, &capi.ProviderStep{C: cl, P: p})
 	}
-	steps = append(steps, &capi.Prune{C: cl})
+	// A backup stopped between its pause and its resume left Clusters
+	// paused: every apply resumes them (never those a restore holds).
+	steps = append(steps, &capi.Prune{C: cl}, &capi.Resume{C: &capi.Clusters{Name: c.Metadata.Name, API: a.API}})
 	return step.Phase{
 		Tag:     step.TagCAPI,
-		Prepare: func(ctx context.Context) (string, error) { return c.Metadata.Name, a.Connect(ctx) },
-		Steps:   steps,
+		Prepare: func(ctx context.Context) (string, error) {
+			err := a.Connect(ctx)
+			if vm := a.VM(); vm != nil {
+				snap.Host = vm
+			}
+			return c.Metadata.Name, err
+		},
+		Steps: steps,
 	}
 }
 

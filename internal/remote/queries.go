@@ -38,7 +38,14 @@ func FileContent(path string) Query { return look("cat", "--", path) }
 func FileModTime(path string) Query { return look("stat", "-c", "%.9Y", "--", path) }
 
 // ServiceActive is systemctl is-active of a unit.
-func ServiceActive(unit string) Query { return look("systemctl", "is-active", unit) }
+// It exits 3 for a unit that is not active (inactive, failed, activating:
+// the state is on stdout) and 4 for one systemd does not know
+// (systemctl(1), "Exit status", LSB's codes for "program is not
+// running" and "program or service status is unknown"): results, not
+// failures.
+func ServiceActive(unit string) Query {
+	return look("systemctl", "is-active", unit).Allow(3, 4)
+}
 
 // ServiceStartedAt is when a unit last became active, in UTC with
 // microseconds.

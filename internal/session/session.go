@@ -43,6 +43,9 @@ type Session struct {
 	// Readers. Which steps run and whether
 	// to apply is the engine's business, not the session's.
 	ReadOnly bool
+	// NoSnapshot (apply --no-snapshot) takes no backup before a risky
+	// change (a k3s upgrade, a provider's version).
+	NoSnapshot bool
 	Dialer   *remote.Dialer
 	// Holder names this run in the host lock ("user@laptop pid 123").
 	Holder string

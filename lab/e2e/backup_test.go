@@ -21,9 +21,19 @@ func TestBackupRestore(t *testing.T) {
 	if out := kubectl("create", "configmap", "before-backup", "--from-literal=k=v"); !strings.Contains(out, "created") {
 		t.Fatalf("test object: %q", out)
 	}
+	// Two workload Clusters, of Cluster API's own CRD: one running, one its
+	// owner paused.
+	e.kubectlApply("clusters", workloadClusters)
 
 	r := e.mgmtctl("backup")
 	mustSucceed(t, r, "backup")
+	// Paused for the snapshot only: as they were once it is taken.
+	if got := e.clusterPauses(); got != "parked=true, workload=<none>," {
+		t.Errorf("Clusters after the backup: %s\n%s", got, r.Stdout)
+	}
+	if !strings.Contains(r.Stdout, "pause Cluster default/workload for the snapshot") || !strings.Contains(r.Stdout, "resume Cluster default/workload, paused for a backup") {
+		t.Errorf("the backup's pause and resume:\n%s", r.Stdout)
+	}
 	root := filepath.Join(e.LaptopHome(), ".local/share/mgmtctl/backups/lab-mgmt")
 	dirs, _ := filepath.Glob(filepath.Join(root, "*"))
 	if len(dirs) != 1 {
@@ -82,7 +92,89 @@ func TestBackupRestore(t *testing.T) {
 	if out := kubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`); out != "TrueTrueTrueTrueTrue" {
 		t.Errorf("providers Ready: %q", out)
 	}
-	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
-		t.Errorf("apply after the restore: %s", got)
+	// The restored Clusters wake up paused: the one the backup paused is
+	// held until told, the owner's stays as it was; apply resumes neither.
+	base := filepath.Base(dir)
+	if got := e.clusterPauses(); got != "parked=true, workload=true,"+base {
+		t.Errorf("Clusters after the restore: %s", got)
 	}
+	r = e.apply()
+	if got := recap(t, r); !strings.Contains(got, "changed=0") || !strings.Contains(r.Stdout, "Cluster default/workload held paused since a restore") {
+		t.Errorf("apply after the restore: %s\n%s", got, r.Stdout)
+	}
+	mustSucceed(t, e.mgmtctl("restore", "--resume"), "restore --resume")
+	if got := e.clusterPauses(); got != "parked=true, workload=<none>," {
+		t.Errorf("Clusters after restore --resume: %s", got)
+	}
+
+	// A backup stopped between its pause and its resume leaves a Cluster
+	// as mgmtctl paused it (server-side apply, its field manager): status
+	// says so, and the next apply resumes it. (A Cluster made by kubectl
+	// create: kubectl apply --server-side would hand the fields a
+	// client-side apply set to the manager it names.)
+	created := filepath.Join(e.LaptopHome(), "interrupted.yaml")
+	os.WriteFile(created, []byte(strings.Replace(strings.Split(workloadClusters, "---\n")[0], "workload", "interrupted", 1)), 0o600)
+	pause := filepath.Join(e.LaptopHome(), "pause.yaml")
+	os.WriteFile(pause, []byte(strings.Replace(workloadPause, "NAME", "interrupted", 1)), 0o600)
+	if r := e.adminKubectl("create", "-f", created); r.Code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+	if r := e.adminKubectl("apply", "--server-side", "--field-manager=mgmtctl", "--force-conflicts", "-f", pause); r.Code != 0 {
+		t.Fatalf("pause as a backup does: %+v", r)
+	}
+	if _, code, out := e.status(); code != 1 || !strings.Contains(out, "resume Cluster default/interrupted, paused for a backup") {
+		t.Errorf("status with a Cluster left paused: exit %d\n%s", code, out)
+	}
+	r = e.apply()
+	mustSucceed(t, r, "apply after an interrupted backup")
+	if got := e.clusterPauses(); got != "interrupted=<none>, parked=true, workload=<none>," {
+		t.Errorf("Clusters after the apply: %s\n%s", got, r.Stdout)
+	}
+}
+
+// workloadClusters are two Clusters of Cluster API's v1beta2, as a
+// management cluster's users have them: one running, one its owner
+// paused.
+const workloadClusters = `apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: workload
+  namespace: default
+spec:
+  clusterNetwork:
+    serviceDomain: cluster.local
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: parked
+  namespace: default
+spec:
+  paused: true
+  clusterNetwork:
+    serviceDomain: cluster.local
+`
+
+// workloadPause is what mgmtctl's backup applies to pause a Cluster.
+const workloadPause = `apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: NAME
+  namespace: default
+  annotations:
+    mgmtctl.io/paused-for-backup: "true"
+spec:
+  paused: true
+`
+
+// clusterPauses is each Cluster's spec.paused (<none> when unset) and the
+// backup a restore holds it for: "name=paused,held ...".
+func (e *env) clusterPauses() string {
+	e.t.Helper()
+	r := e.adminKubectl("get", "clusters.cluster.x-k8s.io", "-n", "default", "-o",
+		`jsonpath={range .items[*]}{.metadata.name}={.spec.paused},{.metadata.annotations.mgmtctl\.io/held-since-restore} {end}`)
+	if r.Code != 0 {
+		e.t.Fatalf("read the Clusters: %+v", r)
+	}
+	return strings.TrimSpace(strings.ReplaceAll(r.Stdout, "=,", "=<none>,"))
 }

@@ -246,6 +246,18 @@ func TestHA(t *testing.T) {
 	if r := e.viaVIP("get", "nodes", "-o", "jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion} {end}"); r.Stdout != "v1.36.3+k3s1 v1.36.3+k3s1 v1.36.3+k3s1 " {
 		t.Errorf("versions after the upgrade: %+v", r)
 	}
+	// The upgrade took a backup first (the refused one took none), into
+	// the laptop's backups, saying why.
+	mans, _ := filepath.Glob(filepath.Join(e.LaptopHome(), ".local/share/mgmtctl/backups/lab-mgmt/*/backup.json"))
+	if len(mans) != 1 {
+		t.Fatalf("backups after the upgrade: %v", mans)
+	}
+	if b, _ := os.ReadFile(mans[0]); !strings.Contains(string(b), `"reason": "before upgrading k3s from `) || !strings.Contains(string(b), ` to v1.36.3+k3s1"`) {
+		t.Errorf("the upgrade's backup: %s", b)
+	}
+	if l := e.mgmtctl("backup", "--list"); !strings.Contains(l.Stdout, "before upgrading k3s from") {
+		t.Errorf("backup --list: %+v", l)
+	}
 }
 
 // stepOrder lists, from apply's JSON events, the install steps that

@@ -83,7 +83,7 @@ func TestHARestore(t *testing.T) {
 	// k3s's procedure, in its order: the others stopped before the first
 	// is reset, then each rejoins.
 	if got, want := strings.Join(phaseSteps(r.Stdout, "restore"), " "),
-		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt"; got != want {
+		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt hold-clusters@lab-mgmt"; got != want {
 		t.Errorf("restore's steps:\n got %s\nwant %s", got, want)
 	}
 	if !strings.Contains(r.Stdout, "3 etcd members healthy") || !strings.Contains(r.Stdout, "delete Node lab-mgmt-old") {

@@ -68,11 +68,14 @@ func TestK3sPhase(t *testing.T) {
 		t.Errorf("k3s started %d times:\n%s", n, e.k3sLog())
 	}
 
-	// A new pin upgrades k3s, and nothing else changes.
+	// A new pin upgrades k3s, after a backup to the laptop (its snapshot
+	// saved, then copied), and nothing else changes.
 	e.editConfig("  kubeconfig:", "  k3s:\n    version: v1.36.3+k3s1\n  kubeconfig:")
 	r = e.apply("--tags", "vm,k3s")
 	mustSucceed(t, r, "upgrade")
-	if !strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/install: upgrade k3s from v1.35.7+k3s1 to v1.36.3+k3s1") || !strings.Contains(recap(t, r), "changed=1 ") {
+	if !strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/install: upgrade k3s from v1.35.7+k3s1 to v1.36.3+k3s1") || !strings.Contains(recap(t, r), "changed=3 ") ||
+		!strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/etcd-snapshot: save an etcd snapshot of lab-mgmt before upgrading k3s from v1.35.7+k3s1 to v1.36.3+k3s1") ||
+		strings.Index(r.Stdout, "k3s/copy:") > strings.Index(r.Stdout, "k3s/install:") {
 		t.Errorf("upgrade:\n%s", r.Stdout)
 	}
 	if r := e.kubectl("get", "node", "lab-mgmt", "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"); r.Stdout != "v1.36.3+k3s1" {

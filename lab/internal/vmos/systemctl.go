@@ -54,6 +54,22 @@ func isActive(u string) bool {
 	return err == nil || err == syscall.EPERM
 }
 
+// activatingPid is the process of a Type=notify unit that has started
+// and not yet said READY=1: systemd shows such a unit as "activating"
+// (systemd.service(5), Type=notify: the unit is started only once the
+// service sends READY=1), and stop ends it like a running one. 0 for none.
+func activatingPid(u string) int {
+	b, err := os.ReadFile(state(u, "activating"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
+		return 0
+	}
+	return pid
+}
+
 func record(u, what string) {
 	_ = os.MkdirAll(p(unitState), 0o755)
 	f, err := os.OpenFile(state(u, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -128,6 +144,8 @@ func start(u string) error {
 		}
 		pid = cmd.Process.Pid
 		if notify != nil {
+			_ = os.WriteFile(state(u, "activating"), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+			defer os.Remove(state(u, "activating"))
 			died := make(chan error, 1)
 			go func() { died <- cmd.Wait() }()
 			ready := make(chan bool, 1)
@@ -164,9 +182,23 @@ func start(u string) error {
 func stop(u string) {
 	b, err := os.ReadFile(state(u, "active"))
 	if err != nil {
+		if pid := activatingPid(u); pid > 0 {
+			// Still starting: its start job fails as the process ends.
+			terminate(pid)
+			record(u, "stop")
+		}
 		return
 	}
 	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
+		terminate(pid)
+	}
+	_ = os.Remove(state(u, "active"))
+	record(u, "stop")
+}
+
+// terminate ends a unit's process group as systemd's stop does.
+func terminate(pid int) {
+	if pid > 0 {
 		// Like systemd, wait for the process to go (TimeoutStopSec, 90s
 		// by default) before the unit counts as stopped.
 		_ = syscall.Kill(-pid, syscall.SIGTERM)
@@ -176,8 +208,6 @@ func stop(u string) {
 		}
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
-	_ = os.Remove(state(u, "active"))
-	record(u, "stop")
 }
 
 // Systemctl implements the systemctl verbs the k3s phase and the k3s
@@ -268,6 +298,9 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 		case "is-active":
 			if isActive(u) {
 				fmt.Fprintln(stdout, "active")
+			} else if activatingPid(u) > 0 {
+				fmt.Fprintln(stdout, "activating")
+				code = 3
 			} else {
 				fmt.Fprintln(stdout, "inactive")
 				code = 3

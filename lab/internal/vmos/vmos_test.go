@@ -90,3 +90,46 @@ func TestAptWaitsForCloudInit(t *testing.T) {
 		t.Errorf("missing unit: %d %q", code, e)
 	}
 }
+
+// TestNotifyUnitActivating: a Type=notify unit that has not said READY=1
+// is "activating" (is-active exits 3), and stop ends it: its start then
+// fails, as systemd's job does.
+func TestNotifyUnitActivating(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("systemctl start insists on root, as upstream")
+	}
+	setRoot(t)
+	os.MkdirAll(filepath.Join(Root, "etc/systemd/system"), 0o755)
+	os.WriteFile(filepath.Join(Root, "etc/systemd/system/slow.service"), []byte("[Service]\nType=notify\nExecStart=/bin/sleep 60\n"), 0o644)
+	os.MkdirAll(filepath.Join(Root, "var/log"), 0o755)
+	started := make(chan int, 1)
+	go func() {
+		code, _, _ := run(sysctl, "start", "slow")
+		started <- code
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, out, _ := run(sysctl, "is-active", "slow")
+		if out == "activating\n" && code == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never activating: %d %q", code, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, _, _ := run(sysctl, "stop", "slow"); code != 0 {
+		t.Errorf("stop: %d", code)
+	}
+	select {
+	case code := <-started:
+		if code != 1 {
+			t.Errorf("start of a unit stopped while activating: exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("start never returned")
+	}
+	if code, out, _ := run(sysctl, "is-active", "slow"); code != 3 || out != "inactive\n" {
+		t.Errorf("after stop: %d %q", code, out)
+	}
+}
