@@ -263,7 +263,7 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 	// paused: every apply resumes them (never those a restore holds).
 	steps = append(steps, &capi.Prune{C: cl}, &capi.Resume{C: &capi.Clusters{Name: c.Metadata.Name, API: a.API}})
 	return step.Phase{
-		Tag:     step.TagCAPI,
+		Tag: step.TagCAPI,
 		Prepare: func(ctx context.Context) (string, error) {
 			err := a.Connect(ctx)
 			if vm := a.VM(); vm != nil {

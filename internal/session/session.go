@@ -46,7 +46,7 @@ type Session struct {
 	// NoSnapshot (apply --no-snapshot) takes no backup before a risky
 	// change (a k3s upgrade, a provider's version).
 	NoSnapshot bool
-	Dialer   *remote.Dialer
+	Dialer     *remote.Dialer
 	// Holder names this run in the host lock ("user@laptop pid 123").
 	Holder string
 	Log    *slog.Logger
