@@ -3,6 +3,7 @@ module github.com/mgmtctl/mgmtctl
 go 1.26.8
 
 require (
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/spf13/cobra v1.10.2
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/crypto v0.59.0

@@ -106,24 +106,7 @@ func change(gvr schema.GroupVersionResource, u *unstructured.Unstructured, summa
 // Pause pauses, for a backup, every Cluster that is not paused. One
 // already paused by its owner is left alone (and stays paused after);
 // one an interrupted backup paused is this backup's to resume.
-type Pause struct {
-	C *Clusters
-	// When, if set, says why this backup is taken ("" for no backup):
-	// apply's, before a risky change.
-	When func(ctx context.Context) (string, error)
-}
-
-// skip is a step's plan when When says no backup is taken.
-func skip(ctx context.Context, when func(ctx context.Context) (string, error)) (step.Plan, bool, error) {
-	if when == nil {
-		return step.Plan{}, false, nil
-	}
-	reason, err := when(ctx)
-	if err != nil || reason != "" {
-		return step.Plan{}, false, err
-	}
-	return step.Plan{Skip: "no risky change: no snapshot before it"}, true, nil
-}
+type Pause struct{ C *Clusters }
 
 var _ step.Step = (*Pause)(nil)
 
@@ -135,9 +118,6 @@ func (s *Pause) Host() string { return s.C.Name }
 
 // Check implements step.Step.
 func (s *Pause) Check(ctx context.Context) (step.Plan, error) {
-	if p, skipped, err := skip(ctx, s.When); skipped || err != nil {
-		return p, err
-	}
 	gvr, all, err := s.C.list(ctx)
 	if err != nil {
 		return step.Plan{}, err
@@ -171,8 +151,6 @@ func (s *Pause) Check(ctx context.Context) (step.Plan, error) {
 type Resume struct {
 	C    *Clusters
 	Held bool
-	// When is the Pause's it follows, if any.
-	When func(ctx context.Context) (string, error)
 }
 
 var _ step.Step = (*Resume)(nil)
@@ -185,9 +163,6 @@ func (s *Resume) Host() string { return s.C.Name }
 
 // Check implements step.Step.
 func (s *Resume) Check(ctx context.Context) (step.Plan, error) {
-	if p, skipped, err := skip(ctx, s.When); skipped || err != nil {
-		return p, err
-	}
 	gvr, all, err := s.C.list(ctx)
 	if err != nil {
 		return step.Plan{}, err

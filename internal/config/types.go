@@ -42,6 +42,7 @@ type Spec struct {
 	Kubeconfig         Kubeconfig `yaml:"kubeconfig"`
 	Inspector          Inspector  `yaml:"inspector"`
 	SSH                SSH        `yaml:"ssh"`
+	Backup             Backup     `yaml:"backup"`
 }
 
 // Proxmox is the Proxmox VE node that hosts the VM, and the API identity
@@ -173,6 +174,15 @@ type SSH struct {
 
 	// Interval is ServerAliveInterval parsed, set by Load.
 	Interval time.Duration `yaml:"-"`
+}
+
+// Backup is the snapshots k3s takes on every server on its own schedule
+// (k3s's etcd-snapshot-schedule-cron and etcd-snapshot-retention,
+// docs.k3s.io cli/etcd-snapshot). Empty, k3s's defaults apply: at 00:00
+// and 12:00, five kept.
+type Backup struct {
+	Schedule  string `yaml:"schedule"`
+	Retention int    `yaml:"retention"`
 }
 
 // Secrets is the whole of secrets.yaml.

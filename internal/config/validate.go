@@ -97,6 +97,7 @@ func (v *validator) cluster(c *ManagementCluster) {
 	v.dnsSubdomain("spec.inspector.name", s.Inspector.Name)
 	v.tokenTTL("spec.inspector.tokenTTL", s.Inspector.TokenTTL)
 	v.ssh(&s.SSH)
+	v.backup(&s.Backup)
 }
 
 // Bounds of the SSH keepalive: probes faster than a second are noise, and
@@ -121,6 +122,21 @@ func (v *validator) ssh(s *SSH) {
 	}
 	if n := s.ServerAliveCountMax; n < 1 || n > MaxServerAliveCountMax {
 		v.add("spec.ssh.serverAliveCountMax", fmt.Sprint(n), "must be from 1 to 20")
+	}
+}
+
+// MaxSnapshotRetention bounds spec.backup.retention: each snapshot is a
+// copy of the whole datastore on every server's disk.
+const MaxSnapshotRetention = 1000
+
+func (v *validator) backup(b *Backup) {
+	if b.Schedule != "" {
+		if _, err := ParseSchedule(b.Schedule); err != nil {
+			v.add("spec.backup.schedule", b.Schedule, "must be a cron schedule of five fields (minute hour day-of-month month day-of-week), like \"0 */6 * * *\": %v", err)
+		}
+	}
+	if n := b.Retention; n < 0 || n > MaxSnapshotRetention {
+		v.add("spec.backup.retention", fmt.Sprint(n), "must be from 1 to 1000 (0 or left out: k3s's default, 5)")
 	}
 }
 

@@ -311,6 +311,14 @@ func (r *runner) phase(p step.Phase) error {
 
 // step runs one step: its check, then in a run its plan and its wait.
 func (r *runner) step(tag step.Tag, s step.Step) error {
+	var applies error
+	if c, ok := s.(step.Conditional); ok {
+		ok, err := c.Applies(r.ctx)
+		if err == nil && !ok {
+			return nil
+		}
+		applies = err
+	}
 	start := r.now()
 	base := Event{Phase: tag, Step: s.ID(), Host: s.Host()}
 	started := base
@@ -326,6 +334,9 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 		return &StepError{Phase: tag, Step: s.ID(), Host: s.Host(), Err: err}
 	}
 
+	if applies != nil {
+		return fail(fmt.Errorf("check: %w", applies))
+	}
 	plan, err := s.Check(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("check: %w", err))

@@ -460,3 +460,48 @@ func TestListedStepsOfOneIDOnOneHost(t *testing.T) {
 		t.Errorf("mutations %v", got)
 	}
 }
+
+// conditional is a File step that belongs to the run only when applies
+// says so.
+type conditional struct {
+	*steptest.File
+	applies bool
+	err     error
+}
+
+func (c conditional) Applies(context.Context) (bool, error) { return c.applies, c.err }
+
+// TestConditional: a step that does not apply is not in the run (no
+// event, nothing counted, its Check not run); one that does runs as any
+// step; an error deciding fails it as a Check error does.
+func TestConditional(t *testing.T) {
+	w := steptest.NewWorld()
+	ps := phases(w)
+	backup := &steptest.File{StepID: "backup-first", HostName: "vm", Path: "/backup", Content: "b", W: w}
+	ps[1].Steps = append([]step.Step{conditional{File: backup}}, ps[1].Steps...)
+	var ev events
+	res, err := Run(context.Background(), ps, Options{Exec: w}, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ev {
+		if e.Step == "backup-first" {
+			t.Errorf("a step that does not apply shows: %+v", e)
+		}
+	}
+	if _, ok := w.Files["/backup"]; ok || res.Recap.Total.Skipped != 0 {
+		t.Errorf("it ran or was counted: %+v", res.Recap.Total)
+	}
+
+	ps[1].Steps[0] = conditional{File: backup, applies: true}
+	ev = nil
+	if _, err := Run(context.Background(), ps, Options{Exec: w}, &ev); err != nil || w.Files["/backup"] != "b" {
+		t.Errorf("a step that applies: %v, %q", err, w.Files["/backup"])
+	}
+
+	ps[1].Steps[0] = conditional{File: backup, err: errors.New("etcd member s3 unhealthy")}
+	_, err = Run(context.Background(), ps, Options{Exec: w}, &events{})
+	if err == nil || !strings.Contains(err.Error(), "k3s/backup-first on vm: check: etcd member s3 unhealthy") {
+		t.Errorf("deciding failed: %v", err)
+	}
+}

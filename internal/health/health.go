@@ -85,6 +85,20 @@ type Report struct {
 	Failure error `json:"-"`
 }
 
+// configured leaves out the steps that belong to a run only when its
+// facts say so (step.Conditional: the backup apply takes before a risky
+// change): they are how apply goes about a change, not something that is
+// or is not as configured. plan shows them.
+func configured(steps []step.Step) []step.Step {
+	out := make([]step.Step, 0, len(steps))
+	for _, s := range steps {
+		if _, ok := s.(step.Conditional); !ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Run looks at the phases in order: a check run of each (no Executor, so
 // nothing is carried out: the session's business), one line per step, then the phase's extra checks when all its
 // steps are as configured. A step with changes pending is "not as
@@ -94,6 +108,7 @@ func Run(ctx context.Context, phases []step.Phase, extra map[step.Tag][]Check) R
 	r := Report{Healthy: true}
 	blocked := ""
 	for _, p := range phases {
+		p.Steps = configured(p.Steps)
 		multi := multiHost(p.Steps)
 		if blocked != "" {
 			for _, s := range p.Steps {

@@ -37,6 +37,12 @@ func RenderConfig(s Spec) []byte {
 		fmt.Fprintf(&b, "  - %q\n", s.VIP)
 	}
 	b.WriteString("write-kubeconfig-mode: \"0600\"\n")
+	if s.SnapshotSchedule != "" {
+		fmt.Fprintf(&b, "etcd-snapshot-schedule-cron: %q\n", s.SnapshotSchedule)
+	}
+	if s.SnapshotRetention > 0 {
+		fmt.Fprintf(&b, "etcd-snapshot-retention: %d\n", s.SnapshotRetention)
+	}
 	return b.Bytes()
 }
 

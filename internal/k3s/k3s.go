@@ -41,6 +41,11 @@ type Spec struct {
 	// Join is the URL of the cluster this server joins with the cluster
 	// token; empty for the server the cluster was initialised on.
 	Join string
+	// SnapshotSchedule and SnapshotRetention are k3s's own scheduled
+	// snapshots (etcd-snapshot-schedule-cron, etcd-snapshot-retention);
+	// empty and 0 leave k3s's defaults.
+	SnapshotSchedule  string
+	SnapshotRetention int
 }
 
 // VM is the k3s phase's view of the VM, shared by its steps.

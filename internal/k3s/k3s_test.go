@@ -33,6 +33,7 @@ func TestRenderConfigGolden(t *testing.T) {
 		{"config.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50")}},
 		{"config-first.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50"), VIP: vip}},
 		{"config-join.yaml", Spec{IP: netip.MustParseAddr("192.0.2.51"), VIP: vip, Join: "https://192.0.2.60:6443"}},
+		{"config-snapshots.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50"), SnapshotSchedule: "0 */6 * * *", SnapshotRetention: 10}},
 	} {
 		golden(t, c.golden, RenderConfig(c.spec))
 	}

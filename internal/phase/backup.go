@@ -66,7 +66,40 @@ func before(s *session.Session, vm *backup.VM, reason func(ctx context.Context) 
 	t := &backup.Take{V: vm, Dir: s.BackupDir(), Config: raw, Now: time.Now, Before: b,
 		Manifest: backup.Manifest{Cluster: c.Metadata.Name, Pins: Pins(c)}}
 	cls := &capi.Clusters{Name: vm.Name, API: s.Cluster().API}
-	return []step.Step{&capi.Pause{C: cls, When: b.Get}, &backup.Save{T: t}, &backup.Fetch{T: t}, &capi.Resume{C: cls, When: b.Get}}
+	var steps []step.Step
+	for _, st := range []step.Step{&capi.Pause{C: cls}, &backup.Save{T: t}, &backup.Fetch{T: t}, &capi.Resume{C: cls}} {
+		steps = append(steps, onlyIf(st, b))
+	}
+	return steps
+}
+
+// onlyIf makes s a step of the run only when b says a backup is taken
+// (step.Conditional), keeping what else s is (a Finisher).
+func onlyIf(s step.Step, b *backup.Before) step.Step {
+	if f, ok := s.(step.Finisher); ok {
+		return conditionalFinisher{f, b}
+	}
+	return conditional{s, b}
+}
+
+type conditional struct {
+	step.Step
+	b *backup.Before
+}
+
+func (c conditional) Applies(ctx context.Context) (bool, error) {
+	reason, err := c.b.Get(ctx)
+	return reason != "", err
+}
+
+type conditionalFinisher struct {
+	step.Finisher
+	b *backup.Before
+}
+
+func (c conditionalFinisher) Applies(ctx context.Context) (bool, error) {
+	reason, err := c.b.Get(ctx)
+	return reason != "", err
 }
 
 // Resume is restore --resume's phase: the Clusters a restore holds paused

@@ -23,7 +23,7 @@ func k3sSpec(l *config.Loaded, i int) k3s.Spec {
 	c := &l.Cluster
 	srv := l.Servers()[i]
 	s := k3s.Spec{Name: srv.Name, IP: srv.Net.Addr(), Version: c.Spec.K3s.Release, InstallScriptURL: c.Spec.K3s.InstallScriptURL,
-		VIP: c.Spec.VIP.Addr}
+		VIP: c.Spec.VIP.Addr, SnapshotSchedule: c.Spec.Backup.Schedule, SnapshotRetention: c.Spec.Backup.Retention}
 	if i > 0 {
 		s.Join = apiURL(l)
 	}

@@ -67,6 +67,10 @@ func CommandPath(name string) Query {
 	return lookScript("look for "+name, `command -v "$1"`, name).Allow(1, 127)
 }
 
+// EtcdSnapshots lists a k3s server's etcd snapshots (k3s etcd-snapshot
+// ls: a header, then name, location, size and creation time per line).
+func EtcdSnapshots() Query { return look("k3s", "etcd-snapshot", "ls") }
+
 // CloudInitStatus is cloud-init's status now.
 func CloudInitStatus() Query { return look("cloud-init", "status") }
 

@@ -33,6 +33,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"K3sVersion", K3sVersion(), `sh -c 'command -v k3s >/dev/null || exit 127; k3s --version'`},
 		{"CommandPath", CommandPath("k3s"), `sh -c 'command -v "$1"' sh k3s`},
 		{"CloudInitStatus", CloudInitStatus(), "cloud-init status"},
+		{"EtcdSnapshots", EtcdSnapshots(), "k3s etcd-snapshot ls"},
 		{"CloudInitWait", CloudInitWait(), "cloud-init status --wait"},
 	}
 	var listed []string

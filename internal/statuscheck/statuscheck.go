@@ -98,6 +98,11 @@ func Extras(s *session.Session) map[step.Tag][]health.Check {
 			return etcdFinding(ctx, a, s.Config.APIAddr(), all)
 		}}}
 	}
+	if c.Spec.Backup.Schedule != "" {
+		extras[step.TagK3s] = append(extras[step.TagK3s], health.Check{Name: "scheduled-snapshots", Run: func(ctx context.Context) health.Finding {
+			return snapshotsCheck(ctx, s)
+		}})
+	}
 	return extras
 }
 

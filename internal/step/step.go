@@ -128,6 +128,16 @@ type Step interface {
 	Check(ctx context.Context) (Plan, error)
 }
 
+// Conditional is a step that belongs to a run only when Applies says so,
+// as decided from the facts the phase gathered (the backup apply takes
+// before a risky change): when it does not apply, the run has no such
+// step, nothing about it is shown or counted, and its Check is not run.
+// An error from Applies fails the step as a failed Check would.
+type Conditional interface {
+	Step
+	Applies(ctx context.Context) (bool, error)
+}
+
 // Finisher is a step with something to do once its plan was carried out:
 // read back what the effects left (qm resize exits 0 whatever its worker
 // did), take a value from their output for a later step, or say in the

@@ -1,9 +1,13 @@
 package k3s
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -33,5 +37,29 @@ func TestTransientEtcd(t *testing.T) {
 		if got := transientEtcd(tc.err); got != tc.want {
 			t.Errorf("transientEtcd(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestPruneSnapshots: the oldest of this node's scheduled snapshots go
+// beyond the retention; on-demand ones, other nodes' and a snapshot
+// still being written stay.
+func TestPruneSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"etcd-snapshot-s1-1796500000", "etcd-snapshot-s1-1796500060", "etcd-snapshot-s1-1796500120",
+		"etcd-snapshot-s2-1796500000", "on-demand-s1-1796500010", "etcd-snapshot-s1-1796500180.part"} {
+		os.WriteFile(filepath.Join(dir, n), nil, 0o600)
+	}
+	var log bytes.Buffer
+	if err := pruneSnapshots(dir, "etcd-snapshot-s1-", 2, &log); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := "etcd-snapshot-s1-1796500060 etcd-snapshot-s1-1796500120 etcd-snapshot-s1-1796500180.part etcd-snapshot-s2-1796500000 on-demand-s1-1796500010"
+	if strings.Join(left, " ") != want || !strings.Contains(log.String(), "Removing local snapshot "+filepath.Join(dir, "etcd-snapshot-s1-1796500000")) {
+		t.Errorf("left %v\n%s", left, log.String())
 	}
 }

@@ -256,6 +256,11 @@ func Server(args []string, log io.Writer) error {
 	// k3s embeds helm-controller (docs/upstream.md §2.7): upstream's,
 	// on the server that holds the k3s Lease.
 	go runHelmController(ctx, rc, cs, hostname, log, port)
+	if dir == etcdDir && !cfg.DisableSnapshots {
+		if err := scheduleSnapshots(ctx, cfg.SnapshotCron, cfg.SnapshotRetention, hostname, log); err != nil {
+			return err
+		}
+	}
 	kubeletDone := make(chan struct{})
 	go func() {
 		defer close(kubeletDone)

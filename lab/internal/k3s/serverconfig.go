@@ -27,6 +27,10 @@ type Config struct {
 	Server              string   `json:"server"`
 	Token               string   `json:"token"`
 	TokenFile           string   `json:"token-file"`
+	// The scheduled snapshots (snapshots.go).
+	SnapshotCron      string `json:"etcd-snapshot-schedule-cron"`
+	SnapshotRetention int    `json:"etcd-snapshot-retention"`
+	DisableSnapshots  bool   `json:"etcd-disable-snapshots"`
 	// Unknown are the keys k3s has no flag for, in file order.
 	Unknown []string `json:"-"`
 }
