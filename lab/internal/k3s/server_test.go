@@ -37,3 +37,18 @@ time="2026-12-04T22:00:00Z" level=warning msg="Unknown flag --tls-sans found in 
 		t.Errorf("logged:\n%s\nwant:\n%s", log.String(), want)
 	}
 }
+
+// TestLoadConfigSnapshots: the scheduled snapshots' keys are read as k3s
+// reads them, config.yaml as mgmtctl writes it.
+func TestLoadConfigSnapshots(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(p, []byte("cluster-init: true\netcd-snapshot-schedule-cron: \"* * * * *\"\netcd-snapshot-retention: 2\n"), 0o600)
+	c, err := LoadConfig(p)
+	if err != nil || c.SnapshotCron != "* * * * *" || c.SnapshotRetention != 2 || c.DisableSnapshots || len(c.Unknown) != 0 {
+		t.Errorf("%+v, %v", c, err)
+	}
+	os.WriteFile(p, []byte("etcd-disable-snapshots: true\netcd-snapshot-retention: five\n"), 0o600)
+	if _, err := LoadConfig(p); err == nil {
+		t.Error("a retention that is no number was read")
+	}
+}

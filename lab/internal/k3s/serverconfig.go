@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -129,6 +130,19 @@ func LoadConfig(path string) (Config, error) {
 	}
 	if v, ok := raw["token-file"]; ok {
 		c.TokenFile = fmt.Sprint(v)
+	}
+	if v, ok := raw["etcd-snapshot-schedule-cron"]; ok {
+		c.SnapshotCron = fmt.Sprint(v)
+	}
+	if v, ok := raw["etcd-snapshot-retention"]; ok {
+		if n, err := strconv.Atoi(fmt.Sprint(v)); err == nil {
+			c.SnapshotRetention = n
+		} else {
+			return c, fmt.Errorf("parse %s: etcd-snapshot-retention: %w", path, err)
+		}
+	}
+	if v, ok := raw["etcd-disable-snapshots"]; ok {
+		c.DisableSnapshots = fmt.Sprint(v) == "true"
 	}
 	for k := range raw {
 		if !knownServerFlag(k) {
