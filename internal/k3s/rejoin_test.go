@@ -3,6 +3,10 @@ package k3s
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -140,5 +144,37 @@ func TestQuorumDecides(t *testing.T) {
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) || apiAsked != tc.asks {
 			t.Errorf("%s: %v (watch asked for: %v)", tc.name, err, apiAsked)
 		}
+	}
+}
+
+// TestStaleNodes: the servers' Nodes (k3s's etcd role) the config does
+// not have are deleted; the configured ones and an agent's stay.
+func TestStaleNodes(t *testing.T) {
+	var selector string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		selector = r.URL.Query().Get("labelSelector")
+		w.Header().Set("Content-Type", "application/json")
+		// The API server filters by the selector: only servers' Nodes.
+		fmt.Fprint(w, `{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"srv1"}},{"metadata":{"name":"srv2"}},{"metadata":{"name":"srv-old"}}]}`)
+	}))
+	defer srv.Close()
+	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n", srv.URL)
+	var d net.Dialer
+	r, err := kube.NewReader([]byte(kc), d.DialContext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &StaleNodes{Name: "srv1", Servers: []string{"srv1", "srv2"}, API: func(context.Context) (*kube.Reader, error) { return r, nil }}
+	p, err := s.Check(context.Background())
+	if err != nil || len(p.Changes) != 1 || selector != EtcdRoleLabel {
+		t.Fatalf("plan %+v, %v (selector %q)", p, err, selector)
+	}
+	del, ok := p.Changes[0].Effects[0].(effect.Delete)
+	if !ok || del.Object.Name != "srv-old" || del.Resource.Resource != "nodes" || p.Changes[0].Summary != "delete Node srv-old: a server the config does not have" {
+		t.Errorf("change %+v", p.Changes[0])
+	}
+	s.Servers = append(s.Servers, "srv-old")
+	if p, err := s.Check(context.Background()); err != nil || !p.Empty() {
+		t.Errorf("all configured: %+v, %v", p, err)
 	}
 }
