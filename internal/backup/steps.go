@@ -57,6 +57,13 @@ type Before struct {
 	reason string
 }
 
+// Applies says a backup is taken (there is a reason): the
+// step.Conditional of apply's backup steps.
+func (b *Before) Applies(ctx context.Context) (bool, error) {
+	reason, err := b.Get(ctx)
+	return reason != "", err
+}
+
 // Get is the reason, "" for none.
 func (b *Before) Get(ctx context.Context) (string, error) {
 	if b == nil {

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/mgmtctl/mgmtctl/internal/kube"
-	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -152,12 +151,8 @@ func (q Quorum) runs(ctx context.Context, name string) bool {
 		if v.Name() != name || v.Host == nil {
 			continue
 		}
-		res, err := v.Host.Look(ctx, remote.ServiceActive("k3s"))
-		if err != nil {
-			return false
-		}
-		state := strings.TrimSpace(string(res.Stdout))
-		return state == "active" || state == "activating"
+		state, err := v.serviceState(ctx)
+		return err == nil && (state == "active" || state == "activating")
 	}
 	return false
 }

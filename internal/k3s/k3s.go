@@ -137,6 +137,16 @@ func (v *VM) Gather(ctx context.Context) error {
 	return nil
 }
 
+// serviceState is systemd's state of the k3s unit now (active, inactive,
+// activating, failed…), read live rather than from Gather's facts.
+func (v *VM) serviceState(ctx context.Context) (string, error) {
+	res, err := v.Host.Look(ctx, remote.ServiceActive("k3s"))
+	if err != nil {
+		return "", fmt.Errorf("read whether k3s runs on %s: %w", v.Name(), err)
+	}
+	return strings.TrimSpace(string(res.Stdout)), nil
+}
+
 // ParseVersion reads `k3s --version`: "k3s version v1.35.7+k3s1 (abcdef12)".
 func ParseVersion(out string) string {
 	for _, line := range strings.Split(out, "\n") {

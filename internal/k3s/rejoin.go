@@ -47,11 +47,11 @@ func (s *Stop) Host() string { return s.V.Name() }
 // Check implements step.Step: systemd's inactive and failed are stopped;
 // any other state (active, activating, a restart loop) is stopped.
 func (s *Stop) Check(ctx context.Context) (step.Plan, error) {
-	res, err := s.V.Host.Look(ctx, remote.ServiceActive("k3s"))
+	state, err := s.V.serviceState(ctx)
 	if err != nil {
-		return step.Plan{}, fmt.Errorf("read whether k3s runs: %w", err)
+		return step.Plan{}, err
 	}
-	switch state := strings.TrimSpace(string(res.Stdout)); state {
+	switch state {
 	case "inactive", "failed":
 		return step.Plan{Note: "k3s is stopped (" + state + ")"}, nil
 	default:

@@ -74,32 +74,19 @@ func before(s *session.Session, vm *backup.VM, reason func(ctx context.Context) 
 }
 
 // onlyIf makes s a step of the run only when b says a backup is taken
-// (step.Conditional), keeping what else s is (a Finisher).
+// (step.Conditional, through b's Applies), keeping what else s is (a
+// Finisher).
 func onlyIf(s step.Step, b *backup.Before) step.Step {
 	if f, ok := s.(step.Finisher); ok {
-		return conditionalFinisher{f, b}
+		return struct {
+			step.Finisher
+			*backup.Before
+		}{f, b}
 	}
-	return conditional{s, b}
-}
-
-type conditional struct {
-	step.Step
-	b *backup.Before
-}
-
-func (c conditional) Applies(ctx context.Context) (bool, error) {
-	reason, err := c.b.Get(ctx)
-	return reason != "", err
-}
-
-type conditionalFinisher struct {
-	step.Finisher
-	b *backup.Before
-}
-
-func (c conditionalFinisher) Applies(ctx context.Context) (bool, error) {
-	reason, err := c.b.Get(ctx)
-	return reason != "", err
+	return struct {
+		step.Step
+		*backup.Before
+	}{s, b}
 }
 
 // Resume is restore --resume's phase: the Clusters a restore holds paused
