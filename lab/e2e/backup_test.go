@@ -15,8 +15,7 @@ import (
 // next apply changes nothing. No output holds the server token.
 func TestBackupRestore(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	mustSucceed(t, e.apply(), "apply")
+	e := startConverged(t)
 	kubectl := func(args ...string) string { return e.adminKubectl(args...).Stdout }
 	if out := kubectl("create", "configmap", "before-backup", "--from-literal=k=v"); !strings.Contains(out, "created") {
 		t.Fatalf("test object: %q", out)

@@ -14,8 +14,7 @@ import (
 // destroy is a no-op; apply builds a fresh VM.
 func TestDestroy(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	mustSucceed(t, e.apply("--tags", "vm,k3s,kubeconfig,inspector"), "apply")
+	e := startConverged(t)
 	home := e.LaptopHome()
 	admin, ro := filepath.Join(home, ".kube/lab-mgmt.kubeconfig"), filepath.Join(home, ".kube/lab-mgmt-ro.kubeconfig")
 	kh := filepath.Join(home, ".config/mgmtctl/known_hosts")

@@ -143,9 +143,20 @@ func StartNodes(t testing.TB, n int) *Lab {
 		t.Fatal(err)
 	}
 	tl := &Lab{Lab: l, t: t, Bin: bin}
-	if out, err := exec.Command(bin, "up", "--dir", dir, "--nodes", strconv.Itoa(n)).CombinedOutput(); err != nil {
+	tl.up(n, true)
+	return tl
+}
+
+// up runs labsim up in the lab's directory (a new one, or a template's
+// copy) and, with owned, registers its removal when the test ends.
+func (tl *Lab) up(n int, owned bool) {
+	t, dir := tl.t, tl.Dir
+	if out, err := exec.Command(tl.Bin, "up", "--dir", dir, "--nodes", strconv.Itoa(n)).CombinedOutput(); err != nil {
 		tl.down()
 		t.Fatalf("labsim up: %v\n%s", err, out)
+	}
+	if !owned {
+		return
 	}
 	t.Cleanup(func() {
 		if t.Failed() && os.Getenv("LABSIM_KEEP") != "" {
@@ -154,7 +165,6 @@ func StartNodes(t testing.TB, n int) *Lab {
 		}
 		tl.down()
 	})
-	return tl
 }
 
 func (l *Lab) down() {
@@ -234,4 +244,12 @@ func (l *Lab) VMHostKey(vmid int) string {
 		l.t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// For is the lab as seen from t (a subtest of the test that started it):
+// its commands fail t, not the test that started the lab.
+func (l *Lab) For(t testing.TB) *Lab {
+	c := *l
+	c.t = t
+	return &c
 }

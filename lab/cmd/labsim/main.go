@@ -44,6 +44,8 @@ const usage = `usage: labsim <command> --dir DIR [args]
 
   up      build the lab in DIR and return when it is ready
           (--nodes 3: a Proxmox cluster pve1..pve3 sharing /etc/pve)
+  up      on a stopped lab (or a copy of one): start its hosts again from its files
+  stop    power the lab off and keep its files (VMs halt as at a power cut)
   down    remove every namespace, process and file the lab made
   exec    run a command in the lab: labsim exec --dir DIR [--host pve] -- CMD...
   status  show the lab's hosts and VMs
@@ -91,6 +93,8 @@ func cli(args []string) int {
 		err = l.Up(os.Stdout)
 	case "down":
 		err = l.Down(os.Stdout)
+	case "stop":
+		err = l.Stop(os.Stdout)
 	case "status":
 		err = l.Status(os.Stdout)
 	case "daemon":

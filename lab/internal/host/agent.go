@@ -10,6 +10,8 @@ import (
 	"bufio"
 
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"github.com/mgmtctl/mgmtctl/lab/internal/vmos"
@@ -162,6 +164,12 @@ func mountAll(spec *Spec) error {
 	if err := os.Chmod("/run", 0o755); err != nil {
 		return err
 	}
+	// Each boot has an ID of its own, as the kernel makes one at boot;
+	// the kernel's here is the lab machine's, shared by every host. The
+	// kubelet reports it as the node's boot ID and tells a reboot by it.
+	if err := bootID(); err != nil {
+		return err
+	}
 	if spec.LabDir != "" {
 		if err := os.MkdirAll(spec.LabDir, 0o755); err != nil {
 			return err
@@ -179,6 +187,27 @@ func mountAll(spec *Spec) error {
 		if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s on %s: %w", src, target, err)
 		}
+	}
+	return nil
+}
+
+// BootIDFile is the kernel's boot ID, which a host's boot covers with
+// one of its own.
+const BootIDFile = "/proc/sys/kernel/random/boot_id"
+
+func bootID() error {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	h := hex.EncodeToString(b)
+	id := "/run/boot_id"
+	if err := os.WriteFile(id, []byte(h[:8]+"-"+h[8:12]+"-"+h[12:16]+"-"+h[16:20]+"-"+h[20:]+"\n"), 0o444); err != nil {
+		return err
+	}
+	if err := syscall.Mount(id, BootIDFile, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("boot ID: %w", err)
 	}
 	return nil
 }

@@ -2,8 +2,6 @@ package kubelet
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,6 +78,8 @@ type Kubelet struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
+	// rebooted: the node's last reported boot ID was another's.
+	rebooted bool
 }
 
 func (k *Kubelet) logf(format string, args ...any) { logf(k.Log, format, args...) }
@@ -112,6 +112,11 @@ func (k *Kubelet) Register(ctx context.Context) error {
 			return fmt.Errorf("label node %s: %w", k.Node, err)
 		}
 	}
+	// A boot ID other than the one this node last reported: the machine
+	// rebooted since, and the containers died with it.
+	k.mu.Lock()
+	k.rebooted = n.Status.NodeInfo.BootID != "" && n.Status.NodeInfo.BootID != bootID
+	k.mu.Unlock()
 	return k.postStatus(ctx, n, true)
 }
 
@@ -149,12 +154,12 @@ func (k *Kubelet) status(prev corev1.NodeStatus, now metav1.Time) corev1.NodeSta
 	return st
 }
 
-// bootID changes with every start, as a boot's does (the lab's "boot" of
-// a server is its k3s's start).
+// bootID is the boot's, as cAdvisor reads it for the kubelet: it changes
+// with every boot of the VM (the lab's host agent gives each boot its
+// own), not with k3s's restart.
 var bootID = func() string {
-	s := sha256.Sum256([]byte(time.Now().String()))
-	h := hex.EncodeToString(s[:16])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
 }()
 
 func machineID() string {

@@ -239,3 +239,39 @@ func TestSyncPod(t *testing.T) {
 		t.Errorf("no deletion with grace 0 and the pod's UID: %v", cs.Actions())
 	}
 }
+
+// TestRestartAfterReboot: a kubelet started again finds its pods running;
+// after k3s's restart alone a stood-in container still runs, as
+// containerd keeps it; after the machine's reboot (the node's boot ID
+// another) it ran out with the machine, exit 255, reason Unknown, and
+// starts again, one restart more.
+func TestRestartAfterReboot(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		rebooted bool
+		restarts int32
+	}{{"k3s restarted", false, 0}, {"machine rebooted", true, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pod(map[string]string{"app": "web"}, "docker.io/library/nginx:1.29")
+			cs := fake.NewClientset(p)
+			ctx := context.Background()
+			first := &Kubelet{CS: cs, Node: "lab-mgmt", IP: "192.0.2.50", LabDir: t.TempDir(), pods: map[types.UID]*podState{}}
+			first.syncPods(ctx)
+			ran, _ := cs.CoreV1().Pods("ns").Get(ctx, "p-abc", metav1.GetOptions{})
+			if ran.Status.ContainerStatuses[0].State.Running == nil {
+				t.Fatalf("not running: %+v", ran.Status)
+			}
+			again := &Kubelet{CS: cs, Node: "lab-mgmt", IP: "192.0.2.50", LabDir: first.LabDir, pods: map[types.UID]*podState{}, rebooted: tc.rebooted}
+			again.syncPods(ctx)
+			got, _ := cs.CoreV1().Pods("ns").Get(ctx, "p-abc", metav1.GetOptions{})
+			c := got.Status.ContainerStatuses[0]
+			if c.State.Running == nil || c.RestartCount != tc.restarts {
+				t.Fatalf("after the restart: %+v", c)
+			}
+			last := c.LastTerminationState.Terminated
+			if tc.rebooted != (last != nil && last.ExitCode == 255 && last.Reason == "Unknown") {
+				t.Errorf("last state: %+v", last)
+			}
+		})
+	}
+}

@@ -164,6 +164,15 @@ func (k *Kubelet) state(p *corev1.Pod) *podState {
 			st.started, st.ready = &t, cs[0].Ready
 		}
 		st.last = cs[0].LastTerminationState.Terminated
+		// After a reboot no container survived: the kubelet finds each
+		// pod's sandbox gone ("Pod sandbox changed, it will be killed and
+		// re-created") and starts its containers again; the one that
+		// ran ended as containerd reports a task it lost (exit 255,
+		// reason Unknown).
+		if r := cs[0].State.Running; r != nil && k.rebooted {
+			st.last = &corev1.ContainerStateTerminated{ExitCode: 255, Reason: "Unknown", StartedAt: r.StartedAt, FinishedAt: metav1.NewTime(time.Now().Truncate(time.Second))}
+			st.started, st.ready = nil, false
+		}
 	}
 	k.pods[p.UID] = st
 	return st

@@ -439,6 +439,25 @@ func (l *Lab) Down(out io.Writer) error {
 	return nil
 }
 
+// Stop powers the lab off and keeps its files, as pulling the plug on
+// every host would: each VM halts where it is (its disk as it was), the
+// daemon and the namespaces go. `labsim up` on the same directory, or on
+// a copy of it, starts the hosts again from those files; VMs stay off
+// until `qm start`, as on a Proxmox node whose VMs do not start on boot.
+func (l *Lab) Stop(out io.Writer) error {
+	if !exists(l.marker()) {
+		return fmt.Errorf("%s is not a lab", l.Dir)
+	}
+	if l.daemonAlive() {
+		_, _ = Call(l.ControlSocket(), Request{Op: "stop"}, 2*time.Minute)
+	}
+	if err := l.cleanup(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "lab stopped: %s kept (labsim up --dir %s starts it again)\n", l.Dir, l.Dir)
+	return nil
+}
+
 // cleanup kills the daemon if its pid file names a live one, and removes
 // every namespace with the lab's prefix (killing what runs in them).
 func (l *Lab) cleanup() error {
