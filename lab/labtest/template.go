@@ -3,6 +3,7 @@ package labtest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,7 +145,7 @@ func RemoveAll() {
 		}
 		// A template is a stopped lab: down removes what up made.
 		if l, err := lab.Open(tp.dir); err == nil {
-			_ = l.Down(os.Stderr)
+			_ = l.Down(io.Discard)
 		}
 		os.RemoveAll(tp.dir)
 	}
