@@ -3,11 +3,8 @@ package capi
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -48,27 +45,13 @@ type Clusters struct {
 var clusterVersions = []string{"v1beta2", "v1beta1"}
 
 // list is every Cluster, at the newest version the server serves; none
-// where Cluster API is not installed (yet). One List, not a discovery of
-// every API group: a converged apply runs it.
+// where Cluster API is not installed (yet).
 func (c *Clusters) list(ctx context.Context) (schema.GroupVersionResource, []unstructured.Unstructured, error) {
 	cl, err := c.API(ctx)
 	if err != nil || cl == nil {
 		return schema.GroupVersionResource{}, nil, err
 	}
-	for _, v := range clusterVersions {
-		gvr := schema.GroupVersionResource{Group: ClusterGroup, Version: v, Resource: "clusters"}
-		l, err := cl.Resource(gvr).List(ctx, metav1.ListOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return gvr, nil, fmt.Errorf("list the Clusters: %w", err)
-		}
-		items := l.Items
-		sort.Slice(items, func(i, j int) bool { return ref(&items[i]) < ref(&items[j]) })
-		return gvr, items, nil
-	}
-	return schema.GroupVersionResource{}, nil, nil
+	return listServed(ctx, cl, ClusterGroup, "clusters", clusterVersions)
 }
 
 func ref(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }

@@ -2,11 +2,6 @@ package capi
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"testing"
 
@@ -20,23 +15,11 @@ import (
 // clusterAPI serves Cluster API's Clusters at v1beta2 (404 at any other
 // path, as an API server without the resource answers).
 func clusterAPI(t *testing.T, items []map[string]any) func(context.Context) (*kube.Reader, error) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path != "/apis/cluster.x-k8s.io/v1beta2/clusters" || items == nil {
-			w.WriteHeader(http.StatusNotFound)
-			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
-			return
-		}
-		json.NewEncoder(w).Encode(map[string]any{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterList", "metadata": map[string]any{}, "items": items})
-	}))
-	t.Cleanup(srv.Close)
-	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n", srv.URL)
-	var d net.Dialer
-	r, err := kube.NewReader([]byte(kc), d.DialContext)
-	if err != nil {
-		t.Fatal(err)
+	lists := map[string][]map[string]any{}
+	if items != nil {
+		lists["/apis/cluster.x-k8s.io/v1beta2/clusters"] = items
 	}
-	return func(context.Context) (*kube.Reader, error) { return r, nil }
+	return apiServing(t, lists)
 }
 
 func testCluster(name string, paused bool, annotations map[string]any) map[string]any {

@@ -12,6 +12,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/capi"
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -149,6 +150,11 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 	// --resume: held before the capi phase that follows, whose resume
 	// would otherwise take them for a backup's left-overs.
 	steps = append(steps, &capi.Hold{C: &capi.Clusters{Name: first.Name, API: a.API}, Backup: filepath.Base(b.Dir)})
+	// What the restored Machines say against what Proxmox has now,
+	// reported before the user resumes the Clusters.
+	steps = append(steps, &capi.Drift{Name: servers[0].Node, API: a.API, Node: func(ctx context.Context) (remote.Reader, error) {
+		return s.Host(ctx, s.ProxmoxTarget(servers[0]))
+	}})
 	restore := step.Phase{
 		Tag: step.TagRestore,
 		Prepare: func(ctx context.Context) (string, error) {

@@ -71,6 +71,12 @@ func CommandPath(name string) Query {
 // ls: a header, then name, location, size and creation time per line).
 func EtcdSnapshots() Query { return look("k3s", "etcd-snapshot", "ls") }
 
+// ClusterVMs is every VM of the Proxmox cluster, as the API's
+// /cluster/resources lists them (vmid, name, node, status, tags), in JSON.
+func ClusterVMs() Query {
+	return look("pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json")
+}
+
 // CloudInitStatus is cloud-init's status now.
 func CloudInitStatus() Query { return look("cloud-init", "status") }
 

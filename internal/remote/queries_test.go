@@ -34,6 +34,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"CommandPath", CommandPath("k3s"), `sh -c 'command -v "$1"' sh k3s`},
 		{"CloudInitStatus", CloudInitStatus(), "cloud-init status"},
 		{"EtcdSnapshots", EtcdSnapshots(), "k3s etcd-snapshot ls"},
+		{"ClusterVMs", ClusterVMs(), "pvesh get /cluster/resources --type vm --output-format json"},
 		{"CloudInitWait", CloudInitWait(), "cloud-init status --wait"},
 	}
 	var listed []string

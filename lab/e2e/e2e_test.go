@@ -32,6 +32,7 @@ func start(t *testing.T) *env {
 	bin := labtest.Mgmtctl(t)
 	e := &env{Lab: labtest.Start(t), t: t, bin: bin}
 	t.Cleanup(e.noSkippedConfigKeys)
+	t.Cleanup(e.k3sLogTails)
 	return e
 }
 
@@ -62,6 +63,7 @@ func startConverged(t *testing.T) *env {
 	bin := labtest.Mgmtctl(t)
 	e := &env{Lab: converged.Start(t), t: t, bin: bin}
 	t.Cleanup(e.noSkippedConfigKeys)
+	t.Cleanup(e.k3sLogTails)
 	r := e.apply()
 	mustSucceed(t, r, "apply after the restart")
 	if got := recap(t, r); !strings.Contains(got, "changed=0") {
@@ -77,6 +79,24 @@ func startConverged(t *testing.T) *env {
 		}
 	}
 	return e
+}
+
+// k3sLogTails logs the end of every server's k3s log when the test
+// failed: what a failed start says is there, and the lab is removed
+// after the test (unless LABSIM_KEEP).
+func (e *env) k3sLogTails() {
+	if !e.t.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(e.Dir, "vms", "*", "upper/var/log/k3s.log"))
+	for _, p := range logs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		e.t.Logf("the end of %s:\n%s", p, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
 }
 
 // noSkippedConfigKeys fails the test if any server's k3s skipped a

@@ -30,6 +30,7 @@ func startHA(t testing.TB) *env {
 	}
 	e := &env{Lab: l, t: t, bin: bin}
 	t.Cleanup(e.noSkippedConfigKeys)
+	t.Cleanup(e.k3sLogTails)
 	return e
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,6 +35,84 @@ metadata:
     node-role.kubernetes.io/etcd: "true"
 `
 
+// workloadMachines are a Cluster with two Machines, as CAPMOX's cluster
+// template makes them (Cluster API v1beta2, CAPMOX v1alpha2, the real
+// CRDs), each ProxmoxMachine naming the VM CAPMOX made for it.
+const workloadMachines = `apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: lab1
+  namespace: default
+spec:
+  clusterNetwork:
+    serviceDomain: cluster.local
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata:
+  name: lab1-cp-1
+  namespace: default
+spec:
+  clusterName: lab1
+  bootstrap:
+    dataSecretName: lab1-cp-1
+  infrastructureRef:
+    apiGroup: infrastructure.cluster.x-k8s.io
+    kind: ProxmoxMachine
+    name: lab1-cp-1
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata:
+  name: lab1-w-1
+  namespace: default
+spec:
+  clusterName: lab1
+  bootstrap:
+    dataSecretName: lab1-w-1
+  infrastructureRef:
+    apiGroup: infrastructure.cluster.x-k8s.io
+    kind: ProxmoxMachine
+    name: lab1-w-1
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha2
+kind: ProxmoxMachine
+metadata:
+  name: lab1-cp-1
+  namespace: default
+spec:
+  sourceNode: pve1
+  templateID: 9000
+  virtualMachineID: 201
+  network:
+    networkDevices:
+      - name: net0
+        bridge: vmbr0
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha2
+kind: ProxmoxMachine
+metadata:
+  name: lab1-w-1
+  namespace: default
+spec:
+  sourceNode: pve1
+  templateID: 9000
+  virtualMachineID: 202
+  network:
+    networkDevices:
+      - name: net0
+        bridge: vmbr0
+`
+
+// capmoxVM makes VM id on node as CAPMOX's clone leaves it: named after
+// its Machine, tagged with its address (CAPMOX's ip_net0_ tag).
+func (e *env) capmoxVM(node string, id int, name, ip string) {
+	e.t.Helper()
+	if r := e.OnNode(node, fmt.Sprintf("qm create %d --name %s --cores 2 --memory 2048 --tags ip_net0_%s", id, name, ip)); r.Code != 0 {
+		e.t.Fatalf("qm create %d on %s: %+v", id, node, r)
+	}
+}
+
 // TestHARestore is disaster recovery for a cluster of three servers, onto
 // VMs destroyed and re-created: apply, a test object and a removed
 // server's Node, backup; destroy and apply three fresh servers (the object
@@ -51,6 +130,15 @@ func TestHARestore(t *testing.T) {
 		t.Fatalf("test object: %+v", r)
 	}
 	e.kubectlApply("stale-node", staleServer)
+	// A workload cluster whose Machines' VMs CAPMOX made on two nodes.
+	e.kubectlApply("machines", workloadMachines)
+	for _, m := range []struct{ name, node string }{{"lab1-cp-1", "pve1"}, {"lab1-w-1", "pve2"}} {
+		if r := e.viaVIP("patch", "proxmoxmachine", m.name, "--subresource=status", "--type=merge", "-p", `{"status":{"proxmoxNode":"`+m.node+`"}}`); r.Code != 0 {
+			t.Fatalf("ProxmoxMachine %s's node: %+v", m.name, r)
+		}
+	}
+	e.capmoxVM("pve1", 201, "lab1-cp-1", "192.0.2.101")
+	e.capmoxVM("pve2", 202, "lab1-w-1", "192.0.2.102")
 
 	r := e.mgmtctl("backup")
 	mustSucceed(t, r, "backup")
@@ -70,6 +158,13 @@ func TestHARestore(t *testing.T) {
 		t.Fatalf("the fresh cluster has the object: %q", out)
 	}
 
+	// Since the backup, a Machine's VM was deleted and CAPMOX made one
+	// the snapshot has no Machine for.
+	if r := e.OnNode("pve2", "qm destroy 202"); r.Code != 0 {
+		t.Fatalf("qm destroy 202: %+v", r)
+	}
+	e.capmoxVM("pve3", 203, "lab1-w-2", "192.0.2.103")
+
 	// A restore killed as the second server's etcd data is moved aside
 	// (the first already reset): the next restore completes it.
 	second := filepath.Join(e.VMDisk(lab.VMID+1), "upper/var/lib/rancher/k3s/server")
@@ -83,11 +178,24 @@ func TestHARestore(t *testing.T) {
 	// k3s's procedure, in its order: the others stopped before the first
 	// is reset, then each rejoins.
 	if got, want := strings.Join(phaseSteps(r.Stdout, "restore"), " "),
-		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt hold-clusters@lab-mgmt"; got != want {
+		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt hold-clusters@lab-mgmt machine-drift@pve1"; got != want {
 		t.Errorf("restore's steps:\n got %s\nwant %s", got, want)
 	}
 	if !strings.Contains(r.Stdout, "3 etcd members healthy") || !strings.Contains(r.Stdout, "delete Node lab-mgmt-old") {
 		t.Errorf("restore's output:\n%s", r.Stdout)
+	}
+	// The drift between the snapshot's Machines and Proxmox now.
+	for _, want := range []string{"Machine default/lab1-w-1: its VM 202 on pve2 is gone from Proxmox",
+		"VM 203 (lab1-w-2) on pve3: made by CAPMOX (tag ip_net0_192.0.2.103), no Machine knows it"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("the drift report lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	if strings.Contains(r.Stdout, "lab1-cp-1: its VM") {
+		t.Errorf("a Machine whose VM is there reported:\n%s", r.Stdout)
+	}
+	if got := e.clusterPauses(); got != "lab1=true,"+filepath.Base(dirs[0]) {
+		t.Errorf("the restored Cluster: %s", got)
 	}
 	if out := e.viaVIP("get", "configmap", "before-backup", "-o", "jsonpath={.data.k}").Stdout; out != "v" {
 		t.Errorf("the object is not back: %q", out)
@@ -104,6 +212,11 @@ func TestHARestore(t *testing.T) {
 		if !strings.Contains(ls.Stdout, "db-before-restore-") {
 			t.Errorf("%s's old etcd data: %+v", ip, ls)
 		}
+	}
+	// Told to, the restore resumes the Cluster it held.
+	mustSucceed(t, e.mgmtctl("restore", "--resume"), "restore --resume")
+	if got := e.clusterPauses(); got != "lab1=<none>," {
+		t.Errorf("the Cluster after restore --resume: %s", got)
 	}
 	r = e.apply()
 	if got := recap(t, r); !strings.Contains(got, "changed=0 ") {

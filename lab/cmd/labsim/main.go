@@ -260,6 +260,9 @@ func runPvesh(args []string) int {
 		}
 		return n.NextID(rest)
 	}
+	if len(args) >= 2 && args[0] == "get" && args[1] == "/cluster/resources" {
+		return n.Resources(args[2:])
+	}
 	fmt.Fprintf(os.Stderr, "no such API path in the lab: %s\n", strings.Join(args, " "))
 	return 255
 }

@@ -120,7 +120,7 @@ func (l *Lab) TokenPath() string { return l.path("pki", "pve-token") }
 
 // made lists what Up creates in Dir, so Down removes exactly that.
 var made = []string{".labsim", "bin", "crds", "providers", "hosts", "vms", "laptop", "mirror", "pki", "faults", "mgmt.yaml", "secrets.yaml", "pmxcfs", "nodes",
-	"control.sock", "daemon.log", "daemon.pid", "state.json", BuildsFile}
+	"control.sock", "daemon.log", "daemon.pid", "state.json", BuildsFile, "ha.yaml"}
 
 func (l *Lab) marker() string { return l.path(".labsim") }
 

@@ -1,4 +1,5 @@
-// Package qm simulates Proxmox VE's `qm` and `pvesh get /cluster/nextid`
+// Package qm simulates Proxmox VE's `qm`, `pvesh get /cluster/nextid` and
+// `pvesh get /cluster/resources --type vm`
 // over the real file layout: /etc/pve/nodes/<node>/qemu-server/<vmid>.conf
 // in upstream's "key: value" format. Outputs, error texts and exit codes
 // follow qemu-server 9.2.6 (docs/upstream.md §1 names each source).
@@ -8,6 +9,7 @@
 package qm
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -448,4 +450,76 @@ func (n *Node) NextID(args []string) int {
 	}
 	n.errf("unable to get any free VMID in range [100, 1000000]\n")
 	return exitDie
+}
+
+// clusterVM is one VM of `pvesh get /cluster/resources --type vm`: the
+// API's entry for it (pve-manager PVE/API2/Cluster.pm, resources, with
+// PVE/API2Tools.pm extract_vm_stats; tags since PVE 7.3), the lab's
+// subset of its fields.
+type clusterVM struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	VMID     int    `json:"vmid"`
+	Name     string `json:"name"`
+	Node     string `json:"node"`
+	Status   string `json:"status"`
+	Template int    `json:"template"`
+	Tags     string `json:"tags,omitempty"`
+	MaxCPU   int    `json:"maxcpu"`
+	MaxMem   int64  `json:"maxmem"`
+	MaxDisk  int64  `json:"maxdisk"`
+	Uptime   int    `json:"uptime"`
+}
+
+// Resources answers `pvesh get /cluster/resources --type vm
+// [--output-format json]`: every VM of the cluster, whichever node holds
+// its config, in JSON (what the lab's callers ask for).
+func (n *Node) Resources(args []string) int {
+	var typ, format string
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--type":
+			typ = args[i+1]
+		case "--output-format":
+			format = args[i+1]
+		}
+	}
+	if typ != "vm" || format != "json" {
+		n.errf("the lab answers /cluster/resources only with --type vm --output-format json\n")
+		return exitDie
+	}
+	matches, _ := filepath.Glob(filepath.Join(n.Root, "etc/pve/nodes", "*", "qemu-server", "*.conf"))
+	out := []clusterVM{}
+	for _, m := range matches {
+		id, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(m), ".conf"))
+		if err != nil {
+			continue
+		}
+		other := &Node{Name: filepath.Base(filepath.Dir(filepath.Dir(m))), Root: n.Root, Backend: n.Backend}
+		c, err := other.load(id)
+		if err != nil {
+			continue
+		}
+		v := clusterVM{ID: fmt.Sprintf("qemu/%d", id), Type: "qemu", VMID: id, Name: c["name"], Node: other.Name, Status: "stopped", Tags: c["tags"]}
+		if v.Name == "" {
+			v.Name = fmt.Sprintf("VM %d", id)
+		}
+		if c["template"] == "1" {
+			v.Template = 1
+		}
+		cores, _ := strconv.Atoi(c["cores"])
+		mem, _ := strconv.Atoi(c["memory"])
+		v.MaxCPU, v.MaxMem, v.MaxDisk = max(cores, 1), int64(max(mem, 512))<<20, bootDiskSize(c)
+		if n.running(id) {
+			v.Status = "running"
+			if up, err := n.Backend.Uptime(id); err == nil {
+				v.Uptime = int(up.Seconds())
+			}
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].VMID < out[j].VMID })
+	b, _ := json.Marshal(out)
+	n.outf("%s\n", b)
+	return 0
 }

@@ -308,3 +308,27 @@ func TestClusterWideVMIDs(t *testing.T) {
 		t.Errorf("qm list on another node: %q", other.out.String())
 	}
 }
+
+// TestResources: `pvesh get /cluster/resources --type vm` lists every VM
+// of the cluster, whichever node holds its config, with its node, status
+// and tags, as the API's JSON.
+func TestResources(t *testing.T) {
+	n := newNode(t)
+	n.createVM(t)
+	n.be.running[110] = true
+	other := filepath.Join(n.Root, "etc/pve/nodes/pve2/qemu-server")
+	os.MkdirAll(other, 0o755)
+	os.WriteFile(filepath.Join(other, "201.conf"), []byte("name: lab1-cp-x\ncores: 2\nmemory: 2048\ntags: ip_net0_192.0.2.101\n"), 0o644)
+	n.out.Reset()
+	if code := n.Resources([]string{"--type", "vm", "--output-format", "json"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, n.err.String())
+	}
+	want := `[{"id":"qemu/110","type":"qemu","vmid":110,"name":"lab-mgmt","node":"pve","status":"running","template":0,"tags":"mgmtctl","maxcpu":2,"maxmem":4294967296,"maxdisk":3758096384,"uptime":42},` +
+		`{"id":"qemu/201","type":"qemu","vmid":201,"name":"lab1-cp-x","node":"pve2","status":"stopped","template":0,"tags":"ip_net0_192.0.2.101","maxcpu":2,"maxmem":2147483648,"maxdisk":0,"uptime":0}]` + "\n"
+	if n.out.String() != want {
+		t.Errorf("got  %s\nwant %s", n.out.String(), want)
+	}
+	if code := n.Resources([]string{"--type", "node"}); code == 0 {
+		t.Error("a type the lab does not answer succeeded")
+	}
+}
