@@ -10,7 +10,8 @@ all: build
 # mgmtctl, the lab, upstream's cluster-api-operator and clusterctl (built
 # from their Go modules in lab/upstream, a module of its own: their
 # dependency set is not the lab's) and upstream's cert-manager (lab/
-# certmanager), one line per step (hack/build.sh).
+# certmanager) and versitygw, the lab's S3 (lab/s3gw), one line per step
+# (hack/build.sh).
 build:
 	@bash hack/build.sh
 
@@ -19,6 +20,7 @@ vet:
 	$(GO) vet ./...
 	cd lab && $(GO) vet ./...
 	cd lab/upstream && $(GO) mod verify >/dev/null
+	cd lab/s3gw && $(GO) mod verify >/dev/null
 	cd lab/certmanager && $(GO) vet ./... && for m in v*.mod; do $(GO) vet -modfile=$$m ./... || exit 1; done
 
 # How many of a test binary's lab tests run at once (t.Parallel): each

@@ -13,9 +13,10 @@
 #                           (hack/demo.sh)
 #   hack/build.sh demo      both: everything `make demo` runs
 #   hack/build.sh [all]     that, and what only the tests run: Helm's CLI,
-#                           clusterctl and the older cert-manager the lab's
-#                           chart repository serves (make build; the lab's
-#                           tests run it through lab/labtest)
+#                           clusterctl, the older cert-manager the lab's
+#                           chart repository serves and versitygw, the
+#                           lab's S3 (make build; the lab's tests run it
+#                           through lab/labtest)
 #
 # go build rebuilds only what changed, and an up-to-date binary is not even
 # relinked: a second run takes seconds. A lock on bin/ lets the lab's test
@@ -94,9 +95,10 @@ install_bin() {
   mv -f "$bin/.$name.part" "$bin/$name"
 }
 
-# The four modules: the tool's, the lab's, lab/upstream (upstream's
-# operator and clusterctl, whose dependency set is not the lab's) and
-# lab/certmanager (upstream's cert-manager commands); each set needs some.
+# The five modules: the tool's, the lab's, lab/upstream (upstream's
+# operator and clusterctl, whose dependency set is not the lab's),
+# lab/certmanager (upstream's cert-manager commands) and lab/s3gw
+# (versitygw, the lab's S3); each set needs some.
 # With GOPROXY=off a download succeeds only from the module cache, so the
 # fetch below happens only when something is missing. The first module is
 # fetched before its build; the others in the background while it builds
@@ -105,7 +107,7 @@ install_bin() {
 case "$set_" in
   lab) modules=("$root" "$root/lab") ;;
   upstream) modules=("$root/lab/certmanager" "$root/lab/upstream") ;;
-  *) modules=("$root" "$root/lab" "$root/lab/upstream" "$root/lab/certmanager") ;;
+  *) modules=("$root" "$root/lab" "$root/lab/upstream" "$root/lab/certmanager" "$root/lab/s3gw") ;;
 esac
 cached=yes
 for m in "${modules[@]}"; do
@@ -123,7 +125,7 @@ fi
 # stamped with the module versions they are built from, as upstream's
 # release builds are.
 version() { (cd "$root/$1" && "$GO" list -m -f '{{.Version}}' "$2"); }
-operator= clusterctl= certmanager= helm= older=
+operator= clusterctl= certmanager= helm= older= versitygw=
 case "$set_" in
   upstream | demo | all)
     operator=$(version lab/upstream sigs.k8s.io/cluster-api-operator)
@@ -134,6 +136,7 @@ if [ "$set_" = all ]; then
   clusterctl=$(version lab/upstream sigs.k8s.io/cluster-api)
   helm=$(version lab helm.sh/helm/v3)
   older=$(cd "$root/lab/certmanager" && ls v*.mod 2>/dev/null | sed 's/\.mod$//' | tr '\n' ' ')
+  versitygw=$(version lab/s3gw github.com/versity/versitygw)
 fi
 # The lab's and upstream's binaries are linked without a symbol table and
 # DWARF, as Kubernetes' and Helm's release builds are (-s -w in
@@ -176,6 +179,7 @@ build_clusterctl() {
     -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
 }
 build_certmanager_older() { for v in $older; do build_certmanager "$v"; done; }
+build_versitygw() { install_bin versitygw "$root/lab/s3gw" -ldflags "$strip" github.com/versity/versitygw/cmd/versitygw; }
 
 # What the demo runs, in the order it needs it (cert-manager's chart
 # installs before the operator's), then what only the tests run.
@@ -194,9 +198,9 @@ case "$set_" in
     ;;
 esac
 if [ "$set_" = all ]; then
-  wanted+=(helm clusterctl $(for v in $older; do echo "cert-manager-$v"; done))
+  wanted+=(helm clusterctl $(for v in $older; do echo "cert-manager-$v"; done) versitygw)
   jobs+=("Helm's CLI $helm, for the tests|build_helm" "upstream's clusterctl $clusterctl, for the tests|build_clusterctl"
-    "cert-manager ${older% }, for the tests|build_certmanager_older")
+    "cert-manager ${older% }, for the tests|build_certmanager_older" "versitygw $versitygw, the lab's S3, for the tests|build_versitygw")
 fi
 missing=no
 for b in "${wanted[@]}"; do [ -e "$bin/$b" ] || missing=yes; done

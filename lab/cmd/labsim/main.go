@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/internal/mirror"
 	"github.com/mgmtctl/mgmtctl/lab/internal/pveapi"
 	"github.com/mgmtctl/mgmtctl/lab/internal/qm"
+	"github.com/mgmtctl/mgmtctl/lab/internal/s3"
 	"github.com/mgmtctl/mgmtctl/lab/internal/vmos"
 )
 
@@ -149,6 +151,23 @@ func runAgent(specPath string) int {
 			},
 			Releases: &mirror.Releases{Binary: filepath.Join(spec.LabDir, "bin/k3s"), Versions: lab.K3sReleases}}
 		spec.Services = append(spec.Services, m.Run)
+		// The lab's S3, where versitygw was built (hack/build.sh all; the
+		// demo has none).
+		if gw := filepath.Join(spec.LabDir, "bin/versitygw"); exists(gw) {
+			g := &s3.Gateway{Binary: gw, Addr: spec.Addr + ":" + s3.Port,
+				Cert: filepath.Join(spec.LabDir, "pki/mirror.crt"), Key: filepath.Join(spec.LabDir, "pki/mirror.key"), CA: filepath.Join(spec.LabDir, "pki/ca.crt"),
+				Root: "/var/lib/labsim/s3", Credentials: filepath.Join(spec.LabDir, "pki/s3-credentials"), Buckets: []string{s3.Bucket},
+				Ready: filepath.Join(spec.LabDir, "hosts/mirror/s3-ready"), Log: os.Stderr}
+			// The mirror outlives a failed S3: what needs S3 waits for
+			// its ready file and finds the error in the mirror's log.
+			spec.Services = append(spec.Services, func(ctx context.Context) error {
+				if err := g.Run(ctx); err != nil {
+					fmt.Fprintln(os.Stderr, "labsim s3:", err)
+				}
+				<-ctx.Done()
+				return nil
+			})
+		}
 	}
 	if spec.Role == "pve" {
 		api := &pveapi.Server{Addr: spec.Addr,
@@ -265,4 +284,9 @@ func runPvesh(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "no such API path in the lab: %s\n", strings.Join(args, " "))
 	return 255
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -17,7 +17,7 @@ const BuildsFile = "builds"
 // upstreamBuilds are the names of upstream's builds the lab's kubelet runs
 // (cluster-api-operator-<version>, cert-manager-<version> and the links
 // to it that name each component).
-var upstreamBuilds = []string{"cluster-api-operator-v*", "cert-manager-*"}
+var upstreamBuilds = []string{"cluster-api-operator-v*", "cert-manager-*", "versitygw"}
 
 // syncBuilds brings into the lab's bin/ each of upstream's builds in
 // builds (the node's copy of an image, which the kubelet runs): every one

@@ -108,9 +108,15 @@ func (l *Lab) Up(out io.Writer) error {
 	if err := l.writeLaptopHosts(); err != nil {
 		return err
 	}
+	if err := l.writeS3Credentials(); err != nil {
+		return err
+	}
 	if err := l.writeHostSpecs(string(pub), string(ca.CertPEM)); err != nil {
 		return err
 	}
+	// A lab stopped (or copied) keeps its files; the S3's ready file is
+	// its running gateway's to write again.
+	_ = os.Remove(l.S3Ready())
 	if err := l.startDaemon(); err != nil {
 		return err
 	}
@@ -482,6 +488,27 @@ func (l *Lab) cleanup() error {
 func isDaemon(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && strings.Contains(string(b), "labsim") && strings.Contains(string(b), "daemon")
+}
+
+// S3CredentialsPath holds the keys of the lab's S3 root user, "<access>
+// <secret>" (0600): a user's copy of them goes into secrets.yaml.
+func (l *Lab) S3CredentialsPath() string { return l.path("pki", "s3-credentials") }
+
+// S3Ready exists while the lab's S3 serves its buckets; it holds the
+// endpoint's URL.
+func (l *Lab) S3Ready() string { return l.path("hosts", "mirror", "s3-ready") }
+
+// writeS3Credentials makes the S3 root user's keys once.
+func (l *Lab) writeS3Credentials() error {
+	if exists(l.S3CredentialsPath()) {
+		return nil
+	}
+	b := make([]byte, 30)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	h := strings.ToUpper(hex.EncodeToString(b[:10]))
+	return os.WriteFile(l.S3CredentialsPath(), []byte("LAB"+h[:17]+" "+hex.EncodeToString(b[10:])+"\n"), 0o600)
 }
 
 // CABundle is the laptop's view of trusted CAs inside the lab: the
