@@ -59,9 +59,10 @@ bench:
 	cd lab && $(GO) test -run '^$$' -bench . -benchtime 10x -timeout 20m ./e2e/
 
 # Every step boundary of a fresh apply with each host it talks to dropped
-# off the network (about an hour; DROP_POINTS=regexp narrows it).
+# off the network (about an hour; DROP_POINTS=regexp narrows it), and a
+# restore of three servers killed as each of its steps starts.
 drop-points:
-	cd lab && MGMTCTL_DROP_POINTS=1 $(GO) test -count=1 -timeout 240m -run 'TestDropPoints$$|TestHADropDuringRollingUpgrade' -v ./e2e/
+	cd lab && MGMTCTL_DROP_POINTS=1 $(GO) test -count=1 -timeout 240m -run 'TestDropPoints$$|TestHADropDuringRollingUpgrade|TestRestoreKillPoints' -v ./e2e/
 
 deps:
 	@bash hack/install-deps.sh

@@ -18,8 +18,13 @@ import (
 // its highly available config.
 func startHA(t testing.TB) *env {
 	labtest.Skip(t)
+	return haEnv(t, labtest.StartNodes(t, 3))
+}
+
+// haEnv is the env of a three-node lab, pointed at its highly available
+// config.
+func haEnv(t testing.TB, l *labtest.Lab) *env {
 	bin := labtest.Mgmtctl(t)
-	l := labtest.StartNodes(t, 3)
 	b, err := os.ReadFile(l.HAConfigPath())
 	if err != nil {
 		t.Fatal(err)

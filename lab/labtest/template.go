@@ -75,6 +75,8 @@ func (tp *Template) Start(t testing.TB) *Lab {
 		t.Fatalf("copy template %q: %v\n%s", tp.Name, err, out)
 	}
 	tl.up(tp.Nodes, true)
+	// Every VM is started before any is waited for: a server of three
+	// with embedded etcd boots only once its peers are up to make quorum.
 	for _, id := range tp.vms {
 		node, err := tl.NodeOf(id)
 		if err != nil {
@@ -83,6 +85,8 @@ func (tp *Template) Start(t testing.TB) *Lab {
 		if r := tl.OnNode(node, "qm start "+strconv.Itoa(id)); r.Code != 0 {
 			t.Fatalf("template %q: qm start %d on %s: %+v", tp.Name, id, node, r)
 		}
+	}
+	for _, id := range tp.vms {
 		if err := tl.WaitVM(id); err != nil {
 			t.Fatalf("template %q: VM %d did not boot again: %v", tp.Name, id, err)
 		}
