@@ -114,12 +114,7 @@ func TestFullRun(t *testing.T) {
 	if r := e.vmSSH("sudo stat -c '%a %n' /var/lib/rancher/k3s/server/manifests/cert-manager.yaml /var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml; sudo cat /var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml"); strings.Count(r.Stdout, "600 ") != 2 || strings.Contains(r.Stdout, "valuesContent") {
 		t.Errorf("HelmChart files: %+v", r)
 	}
-	ro := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt-ro.kubeconfig")
-	for _, c := range []struct{ verb, res, want string }{{"list", "pods", "yes"}, {"get", "secrets", "no"}, {"create", "coreproviders", "no"}} {
-		if r := e.Run("", labtest.Kubectl(t), "--kubeconfig", ro, "auth", "can-i", c.verb, c.res, "-A"); strings.TrimSpace(r.Stdout) != c.want {
-			t.Errorf("inspector can-i %s %s = %q", c.verb, c.res, r.Stdout)
-		}
-	}
+	e.inspectorReads(t)
 
 	// The token rotated on the Proxmox side as an operator does it, with
 	// pveum: the old secret, still in secrets.yaml, is refused before

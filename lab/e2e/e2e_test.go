@@ -29,8 +29,13 @@ type env struct {
 
 func start(t *testing.T) *env {
 	labtest.Skip(t)
-	bin := labtest.Mgmtctl(t)
-	e := &env{Lab: labtest.Start(t), t: t, bin: bin}
+	return newEnv(t, labtest.Start(t))
+}
+
+// newEnv is the env of lab l, which t started, with the suite's checks
+// of its servers' k3s logs once t ends.
+func newEnv(t testing.TB, l *labtest.Lab) *env {
+	e := &env{Lab: l, t: t, bin: labtest.Mgmtctl(t)}
 	t.Cleanup(e.noSkippedConfigKeys)
 	t.Cleanup(e.k3sLogTails)
 	return e
@@ -60,10 +65,7 @@ var converged = &labtest.Template{Name: "converged", Nodes: 1, Build: func(t tes
 // and changes nothing.
 func startConverged(t *testing.T) *env {
 	labtest.Skip(t)
-	bin := labtest.Mgmtctl(t)
-	e := &env{Lab: converged.Start(t), t: t, bin: bin}
-	t.Cleanup(e.noSkippedConfigKeys)
-	t.Cleanup(e.k3sLogTails)
+	e := newEnv(t, converged.Start(t))
 	r := e.apply()
 	mustSucceed(t, r, "apply after the restart")
 	if got := recap(t, r); !strings.Contains(got, "changed=0") {

@@ -24,7 +24,6 @@ func startHA(t testing.TB) *env {
 // haEnv is the env of a three-node lab, pointed at its highly available
 // config.
 func haEnv(t testing.TB, l *labtest.Lab) *env {
-	bin := labtest.Mgmtctl(t)
 	b, err := os.ReadFile(l.HAConfigPath())
 	if err != nil {
 		t.Fatal(err)
@@ -33,10 +32,7 @@ func haEnv(t testing.TB, l *labtest.Lab) *env {
 	if err := os.WriteFile(l.ConfigPath(), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{Lab: l, t: t, bin: bin}
-	t.Cleanup(e.noSkippedConfigKeys)
-	t.Cleanup(e.k3sLogTails)
-	return e
+	return newEnv(t, l)
 }
 
 // viaVIP runs kubectl with the admin kubeconfig mgmtctl wrote, whose

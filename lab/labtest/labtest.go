@@ -133,18 +133,25 @@ func Start(t testing.TB) *Lab {
 func StartNodes(t testing.TB, n int) *Lab {
 	t.Helper()
 	Skip(t)
-	bin := Binary(t)
-	dir, err := os.MkdirTemp("", "lab-")
+	tl, err := newLab(t, Binary(t), "lab-")
 	if err != nil {
 		t.Fatal(err)
+	}
+	tl.up(n, true)
+	return tl
+}
+
+// newLab is a lab for t in a new directory named from prefix, not up yet.
+func newLab(t testing.TB, bin, prefix string) (*Lab, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
 	}
 	l, err := lab.Open(dir)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	tl := &Lab{Lab: l, t: t, Bin: bin}
-	tl.up(n, true)
-	return tl
+	return &Lab{Lab: l, t: t, Bin: bin}, nil
 }
 
 // up runs labsim up in the lab's directory (a new one, or a template's

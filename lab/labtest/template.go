@@ -59,19 +59,14 @@ func (tp *Template) Start(t testing.TB) *Lab {
 	if tp.err != nil {
 		t.Fatalf("template %q: %v", tp.Name, tp.err)
 	}
-	dir, err := os.MkdirTemp("", "lab-")
+	tl, err := newLab(t, bin, "lab-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lab.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl := &Lab{Lab: l, t: t, Bin: bin}
 	// The lab's own binaries (bin/) are not copied: up links them from
 	// the repository's bin/ again.
-	if out, err := exec.Command("sh", "-c", `tar -C "$1" --exclude=./bin -cf - . | tar -C "$2" -xf -`, "copy", tp.dir, dir).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
+	if out, err := exec.Command("sh", "-c", `tar -C "$1" --exclude=./bin -cf - . | tar -C "$2" -xf -`, "copy", tp.dir, tl.Dir).CombinedOutput(); err != nil {
+		os.RemoveAll(tl.Dir)
 		t.Fatalf("copy template %q: %v\n%s", tp.Name, err, out)
 	}
 	tl.up(tp.Nodes, true)
@@ -99,7 +94,7 @@ func (tp *Template) Start(t testing.TB) *Lab {
 func (tp *Template) build(t testing.TB, bin string) {
 	// Build may end t's goroutine (t.Fatal): what it leaves is an error.
 	tp.err = errors.New("its build failed (in the first test to start from it)")
-	dir, err := os.MkdirTemp("", "template-")
+	tl, err := newLab(t, bin, "template-")
 	if err != nil {
 		tp.err = err
 		return
@@ -107,20 +102,14 @@ func (tp *Template) build(t testing.TB, bin string) {
 	templatesMu.Lock()
 	templates = append(templates, tp)
 	templatesMu.Unlock()
-	tp.dir = dir
-	l, err := lab.Open(dir)
-	if err != nil {
-		tp.err = err
-		return
-	}
-	tl := &Lab{Lab: l, t: t, Bin: bin}
+	tp.dir = tl.Dir
 	// The template's own lab outlives the test that built it, stopped.
 	tl.up(tp.Nodes, false)
 	tp.Build(t, tl)
 	if t.Failed() {
 		return
 	}
-	r, err := lab.Call(l.ControlSocket(), lab.Request{Op: "list"}, 10*time.Second)
+	r, err := lab.Call(tl.ControlSocket(), lab.Request{Op: "list"}, 10*time.Second)
 	if err != nil {
 		tp.err = fmt.Errorf("list its VMs: %w", err)
 		return
@@ -131,7 +120,7 @@ func (tp *Template) build(t testing.TB, bin string) {
 		}
 	}
 	slices.Sort(tp.vms)
-	if out, err := exec.Command(bin, "stop", "--dir", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "stop", "--dir", tl.Dir).CombinedOutput(); err != nil {
 		tp.err = fmt.Errorf("labsim stop: %v\n%s", err, out)
 		return
 	}

@@ -77,16 +77,17 @@ func (n *Node) owner(vmid int) (string, bool) {
 	return filepath.Base(filepath.Dir(filepath.Dir(matches[0]))), true
 }
 
-// clusterVMIDs are the VMIDs of every node of the cluster.
-func (n *Node) clusterVMIDs() map[int]bool {
-	taken := map[int]bool{}
+// clusterVMs are the VMIDs of every node of the cluster, each with the
+// node whose config holds it.
+func (n *Node) clusterVMs() map[int]string {
+	vms := map[int]string{}
 	matches, _ := filepath.Glob(filepath.Join(n.Root, "etc/pve/nodes", "*", "qemu-server", "*.conf"))
 	for _, m := range matches {
 		if id, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(m), ".conf")); err == nil {
-			taken[id] = true
+			vms[id] = filepath.Base(filepath.Dir(filepath.Dir(m)))
 		}
 	}
-	return taken
+	return vms
 }
 
 func (n *Node) confPath(vmid int) string {
@@ -279,10 +280,7 @@ func (n *Node) status(vmid int, args []string) int {
 	// (cpu and relcpu skipped); the lab's subset of them.
 	cores, _ := strconv.Atoi(c["cores"])
 	mem, _ := strconv.Atoi(c["memory"])
-	name := c["name"]
-	if name == "" {
-		name = fmt.Sprintf("VM %d", vmid)
-	}
+	name := vmName(c, vmid)
 	kv := map[string]string{"cpus": strconv.Itoa(max(cores, 1)), "maxmem": strconv.Itoa(max(mem, 512) << 20),
 		"name": name, "status": st, "uptime": "0", "vmid": strconv.Itoa(vmid)}
 	if st == "running" {
@@ -411,10 +409,7 @@ func (n *Node) list() int {
 		if err != nil {
 			continue
 		}
-		name := c["name"]
-		if name == "" {
-			name = fmt.Sprintf("VM %d", id)
-		}
+		name := vmName(c, id)
 		st, pid := "stopped", "0"
 		if n.running(id) {
 			st, pid = "running", strconv.Itoa(100000+id)
@@ -430,11 +425,11 @@ func (n *Node) list() int {
 
 // NextID answers `pvesh get /cluster/nextid [--vmid N]`.
 func (n *Node) NextID(args []string) int {
-	taken := n.clusterVMIDs()
+	taken := n.clusterVMs()
 	for i := 0; i < len(args); i++ {
 		if args[i] == "--vmid" && i+1 < len(args) {
 			id, _ := strconv.Atoi(args[i+1])
-			if taken[id] {
+			if _, ok := taken[id]; ok {
 				n.errf("400 Parameter verification failed.\nvmid: VM %d already exists\n", id)
 				return exitDie
 			}
@@ -443,13 +438,21 @@ func (n *Node) NextID(args []string) int {
 		}
 	}
 	for id := 100; id < 1000000; id++ {
-		if !taken[id] {
+		if _, ok := taken[id]; !ok {
 			n.outf("%d\n", id)
 			return 0
 		}
 	}
 	n.errf("unable to get any free VMID in range [100, 1000000]\n")
 	return exitDie
+}
+
+// vmName is a VM's name, or what Proxmox shows for a VM without one.
+func vmName(c Config, vmid int) string {
+	if c["name"] != "" {
+		return c["name"]
+	}
+	return fmt.Sprintf("VM %d", vmid)
 }
 
 // clusterVM is one VM of `pvesh get /cluster/resources --type vm`: the
@@ -488,22 +491,13 @@ func (n *Node) Resources(args []string) int {
 		n.errf("the lab answers /cluster/resources only with --type vm --output-format json\n")
 		return exitDie
 	}
-	matches, _ := filepath.Glob(filepath.Join(n.Root, "etc/pve/nodes", "*", "qemu-server", "*.conf"))
 	out := []clusterVM{}
-	for _, m := range matches {
-		id, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(m), ".conf"))
+	for id, node := range n.clusterVMs() {
+		c, err := (&Node{Name: node, Root: n.Root}).load(id)
 		if err != nil {
 			continue
 		}
-		other := &Node{Name: filepath.Base(filepath.Dir(filepath.Dir(m))), Root: n.Root, Backend: n.Backend}
-		c, err := other.load(id)
-		if err != nil {
-			continue
-		}
-		v := clusterVM{ID: fmt.Sprintf("qemu/%d", id), Type: "qemu", VMID: id, Name: c["name"], Node: other.Name, Status: "stopped", Tags: c["tags"]}
-		if v.Name == "" {
-			v.Name = fmt.Sprintf("VM %d", id)
-		}
+		v := clusterVM{ID: fmt.Sprintf("qemu/%d", id), Type: "qemu", VMID: id, Name: vmName(c, id), Node: node, Status: "stopped", Tags: c["tags"]}
 		if c["template"] == "1" {
 			v.Template = 1
 		}
