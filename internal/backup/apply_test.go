@@ -62,14 +62,14 @@ func TestBackupSteps(t *testing.T) {
 		Now: func() time.Time { return time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC) }, Manifest: Manifest{Cluster: "lab-mgmt"}}
 	bdir := filepath.Join(dir, "20261203T090000Z")
 	plans := map[string][]string{
-		"etcd-snapshot": {"on lab-mgmt-1: k3s etcd-snapshot save --name mgmtctl (as root)"},
+		"etcd-snapshot": {"on lab-mgmt-1: k3s etcd-snapshot save --etcd-s3=false --name mgmtctl (as root)"},
 		"copy": {
 			"copy lab-mgmt-1:" + snapPath + " to " + bdir + "/snapshot (0600), sha256 " + strings.Fields(snapshotSum([]byte("etcd bytes")))[0],
 			"write " + bdir + "/snapshot.sha256 (75 bytes, 0600)",
 			"copy lab-mgmt-1:" + TokenPath + " to " + bdir + "/token (0600)",
 			"write " + bdir + "/mgmt.yaml (24 bytes, 0600)",
 			"write " + bdir + "/backup.json (220 bytes, 0600)",
-			"on lab-mgmt-1: k3s etcd-snapshot delete mgmtctl-lab-mgmt-1764752400 (as root)",
+			"on lab-mgmt-1: k3s etcd-snapshot delete --etcd-s3=false mgmtctl-lab-mgmt-1764752400 (as root)",
 		},
 	}
 	for _, s := range []step.Step{&Save{T: take}, &Fetch{T: take}} {
@@ -84,7 +84,7 @@ func TestBackupSteps(t *testing.T) {
 			t.Fatalf("%s: %v", s.ID(), err)
 		}
 	}
-	want := []string{"run k3s etcd-snapshot save --name mgmtctl", "run k3s etcd-snapshot delete mgmtctl-lab-mgmt-1764752400"}
+	want := []string{"run k3s etcd-snapshot save --etcd-s3=false --name mgmtctl", "run k3s etcd-snapshot delete --etcd-s3=false mgmtctl-lab-mgmt-1764752400"}
 	if got := h.Effects(); !reflect.DeepEqual(got, want) {
 		t.Errorf("did %q", got)
 	}
@@ -132,7 +132,7 @@ func TestFetchRefusesACopyNotPlanned(t *testing.T) {
 		Now: time.Now, Manifest: Manifest{Cluster: "lab-mgmt"}, snapshot: "mgmtctl-lab-mgmt-1"}
 	f := &Fetch{T: take}
 	p, err := f.Check(ctx)
-	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "then k3s etcd-snapshot delete mgmtctl-lab-mgmt-1 on the server") {
+	if err != nil || len(p.Changes) != 1 || !strings.Contains(p.Changes[0].Summary, "then k3s etcd-snapshot delete --etcd-s3=false mgmtctl-lab-mgmt-1 on the server") {
 		t.Fatalf("plan: %+v %v", p, err)
 	}
 	err = step.CarryOut(ctx, f, p, steptest.Executor(nil, h))

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -53,10 +54,43 @@ type Manifest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Backup is one backup directory on the laptop.
+// Backup is one backup directory on the laptop, or (S3 set) a snapshot
+// in spec.backup.s3's bucket, named so.
 type Backup struct {
 	Dir string
+	S3  string
 	Manifest
+}
+
+// Snapshot is one line of `k3s etcd-snapshot ls`: a snapshot on the
+// server (file://) or in the bucket (s3://).
+type Snapshot struct {
+	Name, Location string
+	Size           int64
+	Created        time.Time
+}
+
+// InS3 says the snapshot is the bucket's.
+func (s Snapshot) InS3() bool { return strings.HasPrefix(s.Location, "s3://") }
+
+// ParseSnapshots reads `k3s etcd-snapshot ls`: a header, then name,
+// location, size and creation time (RFC 3339) per line; lines that do not
+// parse are skipped.
+func ParseSnapshots(ls string) []Snapshot {
+	var out []Snapshot
+	for _, line := range strings.Split(ls, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		size, err1 := strconv.ParseInt(f[2], 10, 64)
+		t, err2 := time.Parse(time.RFC3339, f[3])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, Snapshot{Name: f[0], Location: f[1], Size: size, Created: t})
+	}
+	return out
 }
 
 // manifestBytes is backup.json's content.

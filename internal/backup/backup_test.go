@@ -143,3 +143,17 @@ func TestEtcdDisabled(t *testing.T) {
 		}
 	}
 }
+
+// TestParseSnapshots reads `k3s etcd-snapshot ls`, the server's snapshots
+// and the bucket's, skipping the header and what does not parse.
+func TestParseSnapshots(t *testing.T) {
+	ls := "Name                                     Location                                                                         Size       Created\n" +
+		"etcd-snapshot-lab-mgmt-1764752400        file:///var/lib/rancher/k3s/server/db/snapshots/etcd-snapshot-lab-mgmt-1764752400 4116512    2026-12-03T09:00:00Z\n" +
+		"etcd-snapshot-lab-mgmt-1764752400        s3://k3s-snapshots/lab-mgmt/etcd-snapshot-lab-mgmt-1764752400                     4116512    2026-12-03T09:00:00Z\n" +
+		"time=\"2026-12-03T09:00:01Z\" level=warning msg=\"x\"\n"
+	got := ParseSnapshots(ls)
+	if len(got) != 2 || got[0].InS3() || !got[1].InS3() || got[1].Size != 4116512 || got[1].Name != "etcd-snapshot-lab-mgmt-1764752400" ||
+		!got[1].Created.Equal(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("ParseSnapshots = %+v", got)
+	}
+}

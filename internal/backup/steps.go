@@ -79,7 +79,11 @@ func (b *Before) Get(ctx context.Context) (string, error) {
 	return b.reason, nil
 }
 
-// Save takes an on-demand etcd snapshot on the server.
+// Save takes an on-demand etcd snapshot on the server. It is the
+// laptop's: --etcd-s3=false keeps it out of spec.backup.s3's bucket (whose
+// snapshots are k3s's scheduled ones), and Fetch's delete then removes
+// only the server's copy. A flag on the command line wins over
+// config.yaml's etcd-s3 (k3s pkg/configfilearg).
 type Save struct{ T *Take }
 
 var _ step.Finisher = (*Save)(nil)
@@ -107,7 +111,7 @@ func (s *Save) Check(ctx context.Context) (step.Plan, error) {
 	}
 	return step.Plan{Changes: []step.Change{{Target: SnapshotDir, Action: step.Create,
 		Summary: summary,
-		Effects: []effect.Effect{effect.Run{Host: s.T.V.conn(), Cmd: remote.Command("k3s", "etcd-snapshot", "save", "--name", SnapshotName).AsRoot()}}}}}, nil
+		Effects: []effect.Effect{effect.Run{Host: s.T.V.conn(), Cmd: remote.Command("k3s", "etcd-snapshot", "save", "--etcd-s3=false", "--name", SnapshotName).AsRoot()}}}}}, nil
 }
 
 var savedRE = regexp.MustCompile(`Snapshot (\S+) saved\.`)
@@ -184,7 +188,7 @@ func (s *Fetch) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, err
 	}
 	host := s.T.V.conn()
-	del := remote.Command("k3s", "etcd-snapshot", "delete", s.T.snapshot).AsRoot()
+	del := remote.Command("k3s", "etcd-snapshot", "delete", "--etcd-s3=false", s.T.snapshot).AsRoot()
 	effects := [copyEffects]effect.Effect{
 		effect.Download{Host: host, Path: snap, Sudo: true, To: filepath.Join(dir, snapshotFile), SHA256: sum},
 		effect.WriteLocal{Path: filepath.Join(dir, sumFile), Content: sumLine(sum)},
@@ -246,7 +250,9 @@ func (s *Prune) Check(ctx context.Context) (step.Plan, error) {
 // Restore puts a backup's snapshot back on the server with k3s's cluster
 // reset: k3s stops, the current etcd data is moved aside, the snapshot is
 // restored under the backup's server token (which decrypts the cluster's
-// CAs in it), and k3s starts again from it.
+// CAs in it), and k3s starts again from it. With B.S3 set, the snapshot
+// is that one in spec.backup.s3's bucket, which k3s downloads itself, and
+// Token is the cluster's own (the phase reads it on the server).
 type Restore struct {
 	V        *VM
 	B        Backup
@@ -277,7 +283,22 @@ trap 'rm -f -- "$tok" "$snap"' EXIT
 # A signal ends the script through exit, so the EXIT trap still runs.
 trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
 systemctl stop k3s
-k3s server --cluster-reset --cluster-reset-restore-path="$snap" --token-file="$tok"
+k3s server --cluster-reset --etcd-s3=false --cluster-reset-restore-path="$snap" --token-file="$tok"
+install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token
+systemctl start k3s`
+
+// restoreS3Script is restoreScript for a snapshot in the bucket: $1 is
+// its name, which k3s with etcd-s3 set downloads into its snapshot
+// directory before the reset (k3s pkg/etcd/etcd.go, Reset: "Retrieving
+// etcd snapshot %s from S3"); the S3 keys come from k3s's environment
+// file, as for the k3s unit.
+const restoreS3Script = `set -eu
+name=$1 tok=$2
+trap 'rm -f -- "$tok"' EXIT
+trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
+[ ! -r ` + remote.K3sEnvFile + ` ] || { set -a; . ` + remote.K3sEnvFile + `; set +a; }
+systemctl stop k3s
+k3s server --cluster-reset --cluster-reset-restore-path="$name" --token-file="$tok"
 install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token
 systemctl start k3s`
 
@@ -289,6 +310,9 @@ func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
 	}
 	if res.ExitCode != 0 {
 		return step.Plan{}, fmt.Errorf("k3s is not installed on %s: run mgmtctl apply first (it builds the server the snapshot is restored onto)", s.V.Name)
+	}
+	if s.B.S3 != "" {
+		return s.checkS3(ctx)
 	}
 	snap := path.Join(SnapshotDir, s.B.Snapshot)
 	effects := []effect.Effect{
@@ -305,4 +329,35 @@ func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// checkS3 plans the restore of the bucket's snapshot B.S3, once the
+// server's k3s lists it there: a name the bucket does not have is refused
+// before k3s stops.
+func (s *Restore) checkS3(ctx context.Context) (step.Plan, error) {
+	res, err := s.V.Host.Look(ctx, remote.EtcdSnapshots().AsRoot())
+	if err != nil {
+		return step.Plan{}, fmt.Errorf("list the snapshots in S3 from %s: %w", s.V.Name, err)
+	}
+	var found *Snapshot
+	for _, sn := range ParseSnapshots(string(res.Stdout)) {
+		if sn.Name == s.B.S3 && sn.InS3() {
+			found = &sn
+			break
+		}
+	}
+	if found == nil {
+		return step.Plan{}, fmt.Errorf("no snapshot %s in the bucket of spec.backup.s3 (as k3s on %s lists it): mgmtctl backup --list shows the snapshots there", s.B.S3, s.V.Name)
+	}
+	if len(s.Token) == 0 {
+		return step.Plan{}, fmt.Errorf("no cluster token on %s to restore under: a snapshot in S3 restores onto the cluster that took it (restore a laptop backup, which holds its token, onto a new one)", s.V.Name)
+	}
+	effects := []effect.Effect{
+		effect.Write{Host: s.V.conn(), File: remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}},
+		effect.Run{Host: s.V.conn(), Cmd: remote.Script("restore etcd snapshot "+s.B.S3+" from S3 with k3s server --cluster-reset", restoreS3Script, s.B.S3, restoreTokenPath).AsRoot()},
+	}
+	return step.Plan{Changes: []step.Change{{Target: s.V.Name, Action: step.Run,
+		Summary: fmt.Sprintf("restore snapshot %s (taken %s, %.1f MiB) from %s on %s: k3s stops, downloads it, its etcd is replaced, k3s starts from the snapshot",
+			s.B.S3, found.Created.Format(time.RFC3339), float64(found.Size)/(1<<20), found.Location, s.V.Name),
+		Effects: effects}}}, nil
 }

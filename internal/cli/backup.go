@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
+	"regexp"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,8 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mgmtctl/mgmtctl/internal/backup"
+	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -28,14 +33,15 @@ func newBackup(g *global, o *Options) *cobra.Command {
 			"directory on the laptop with its sha256, the server token a restore needs (0600, never\n" +
 			"printed), the config and the pins it was taken with; the server's copy is then deleted.\n" +
 			"The newest --keep backups are kept. Default directory: ~/.local/share/mgmtctl/backups/<name>.\n" +
-			"With --list it lists the backups, newest first, and connects nowhere.",
+			"With --list it lists the backups, newest first: the laptop's and, with spec.backup.s3, the\n" +
+			"bucket's snapshots as k3s on the first server lists them (the only connection it opens).",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if keep < 1 {
 				return usageError{fmt.Errorf("--keep must be at least 1, got %d", keep)}
 			}
 			if list {
-				return listBackups(g, o, to)
+				return listBackups(cmd.Context(), g, o, to)
 			}
 			d, err := openRun(g, o)
 			if err != nil {
@@ -67,8 +73,9 @@ func newBackup(g *global, o *Options) *cobra.Command {
 
 // listedBackup is one backup as backup --list -o json gives it.
 type listedBackup struct {
-	Where    string            `json:"where"` // "laptop"
-	Dir      string            `json:"dir"`
+	Where    string            `json:"where"` // "laptop" or "s3"
+	Dir      string            `json:"dir,omitempty"`
+	Location string            `json:"location,omitempty"` // s3://bucket/key
 	Created  time.Time         `json:"created"`
 	AgeSecs  int64             `json:"ageSeconds"`
 	Snapshot string            `json:"snapshot"`
@@ -80,7 +87,7 @@ type listedBackup struct {
 
 // listBackups prints the cluster's backups in dir (the default
 // directory when empty), newest first: a table, or JSON for scripts.
-func listBackups(g *global, o *Options, dir string) error {
+func listBackups(ctx context.Context, g *global, o *Options, dir string) error {
 	r, err := newRun(g, o)
 	if err != nil {
 		return err
@@ -98,6 +105,21 @@ func listBackups(g *global, o *Options, dir string) error {
 		listed = append(listed, listedBackup{Where: "laptop", Dir: b.Dir, Created: b.Created, AgeSecs: int64(now.Sub(b.Created) / time.Second),
 			Snapshot: b.Snapshot, Size: b.Size, SHA256: b.SHA256, Pins: b.Pins, Reason: b.Reason})
 	}
+	if r.l.Cluster.Spec.Backup.S3 != nil {
+		if err := r.open(); err != nil {
+			return err
+		}
+		defer r.close()
+		inS3, err := s3Snapshots(ctx, r)
+		if err != nil {
+			return r.fail(fmt.Errorf("list the snapshots in spec.backup.s3's bucket: %w", err))
+		}
+		for _, sn := range inS3 {
+			listed = append(listed, listedBackup{Where: "s3", Location: sn.Location, Created: sn.Created, AgeSecs: int64(now.Sub(sn.Created) / time.Second),
+				Snapshot: sn.Name, Size: sn.Size, Reason: "scheduled by k3s"})
+		}
+		sort.SliceStable(listed, func(i, j int) bool { return listed[i].Created.After(listed[j].Created) })
+	}
 	if g.output == "json" {
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
@@ -114,9 +136,36 @@ func listBackups(g *global, o *Options, dir string) error {
 		if why == "" {
 			why = "by mgmtctl backup"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f MiB\t%s\t%s\n", b.Where, b.Dir, age(now.Sub(b.Created)), float64(b.Size)/(1<<20), b.Pins["k3s"], why)
+		name, k3sPin := b.Dir, b.Pins["k3s"]
+		if b.Where == "s3" {
+			// What restore --from takes.
+			name, k3sPin = "s3:"+b.Snapshot, "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f MiB\t%s\t%s\n", b.Where, name, age(now.Sub(b.Created)), float64(b.Size)/(1<<20), k3sPin, why)
 	}
 	return tw.Flush()
+}
+
+// s3Snapshots lists the bucket's snapshots as k3s on the first server
+// lists them (k3s etcd-snapshot ls, with k3s's environment file for the
+// keys): the laptop holds no S3 keys' use of its own.
+func s3Snapshots(ctx context.Context, r *run) ([]backup.Snapshot, error) {
+	srv := r.l.Servers()[0]
+	h, err := r.s.DialVM(ctx, srv, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.Look(ctx, remote.EtcdSnapshots().AsRoot())
+	if err != nil {
+		return nil, fmt.Errorf("k3s etcd-snapshot ls on %s: %w", srv.Name, err)
+	}
+	var out []backup.Snapshot
+	for _, sn := range backup.ParseSnapshots(string(res.Stdout)) {
+		if sn.InS3() {
+			out = append(out, sn)
+		}
+	}
+	return out, nil
 }
 
 // age is a duration as a listing shows it: its largest unit.
@@ -167,12 +216,15 @@ func newRestore(g *global, o *Options) *cobra.Command {
 				return nil
 			}
 			if from == "" {
-				return usageError{fmt.Errorf("restore needs --from DIR (a backup directory), or --resume")}
+				return usageError{fmt.Errorf("restore needs --from DIR (a backup directory) or --from s3:NAME (a snapshot in spec.backup.s3's bucket), or --resume")}
+			}
+			if name, ok := strings.CutPrefix(from, "s3:"); ok {
+				return runRestoreS3(cmd.Context(), g, o, name, yes)
 			}
 			return runRestore(cmd.Context(), g, o, from, yes, pinsOK)
 		},
 	}
-	cmd.Flags().StringVar(&from, "from", "", "the backup directory to restore")
+	cmd.Flags().StringVar(&from, "from", "", "the backup directory to restore, or s3:NAME for a snapshot in spec.backup.s3's bucket (backup --list names them)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&resume, "resume", false, "resume the Cluster API Clusters a restore holds paused (and any a backup left paused)")
 	cmd.Flags().BoolVar(&pinsOK, "allow-pin-mismatch", false, "restore although the backup was taken with other pins than the config's")
@@ -216,3 +268,38 @@ func runRestore(ctx context.Context, g *global, o *Options, from string, yes, pi
 	}
 	return nil
 }
+
+// runRestoreS3 restores the bucket's snapshot name onto the cluster that
+// took it, under the cluster's own token. The snapshot carries no
+// manifest: no pins to compare, so the phases after the restore move the
+// cluster to the config's.
+func runRestoreS3(ctx context.Context, g *global, o *Options, name string, yes bool) error {
+	// Refused before any connection or log.
+	if !snapshotName.MatchString(name) {
+		return usageError{fmt.Errorf("--from s3:%s: a snapshot name is letters, digits and ._- (backup --list names them)", name)}
+	}
+	d, err := newRun(g, o)
+	if err != nil {
+		return err
+	}
+	b := d.l.Cluster.Spec.Backup.S3
+	if b == nil {
+		return printConfigErrors(o, config.Errors{{File: d.l.Path, Path: "spec.backup.s3", Msg: "is not set: restore --from s3:" + name + " needs the bucket k3s keeps its snapshots in"}})
+	}
+	if err := d.open(); err != nil {
+		return err
+	}
+	defer d.close()
+	fmt.Fprintf(d.info(), "restore will replace the state of %s with snapshot %s from s3://%s/%s; what the cluster got since is lost\n",
+		d.l.Cluster.Metadata.Name, name, b.Bucket, path.Join(b.Folder, name))
+	if !d.confirm(yes, "restore it") {
+		return exitError(ExitFailed)
+	}
+	if _, err := engine.Run(ctx, phase.Restore(d.s, backup.Backup{S3: name}, nil, nil), engine.Options{Now: o.Now, Exec: o.Exec(d.s)}, d.listeners(false)); err != nil {
+		return d.fail(err)
+	}
+	return nil
+}
+
+// snapshotName is a k3s snapshot's name: <name>-<node>-<unix time>.
+var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)

@@ -81,6 +81,13 @@ func known(root *cobra.Command, name string) bool {
 // elements as [].
 func schemaPaths(t reflect.Type, prefix string, out map[string]bool) {
 	switch t.Kind() {
+	case reflect.Pointer:
+		// An optional struct (spec.backup.s3): a field of its own, and
+		// its fields in their own table.
+		if t.Elem().Kind() == reflect.Struct {
+			out[prefix] = true
+		}
+		schemaPaths(t.Elem(), prefix, out)
 	case reflect.Struct:
 		for i := 0; i < t.NumField(); i++ {
 			name := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
@@ -117,7 +124,11 @@ func TestConfigDocsMatchSchema(t *testing.T) {
 	section := ""
 	row := regexp.MustCompile("^\\| `([A-Za-z0-9.]+)` \\|")
 	for _, line := range strings.Split(string(b), "\n") {
-		if h, ok := strings.CutPrefix(line, "## "); ok {
+		h, ok := strings.CutPrefix(line, "## ")
+		if !ok {
+			h, ok = strings.CutPrefix(line, "### ") // a struct's own table
+		}
+		if ok {
 			section = strings.Fields(strings.TrimSuffix(h, ","))[0]
 			section = strings.TrimSuffix(section, ",")
 			continue

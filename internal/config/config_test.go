@@ -210,6 +210,11 @@ func TestBadConfigs(t *testing.T) {
 		{"snapshot schedule not cron", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    schedule: every 6h", `:50: spec.backup.schedule: must be a cron schedule of five fields (minute hour day-of-month month day-of-week), like "0 */6 * * *": expected exactly 5 fields, found 2`},
 		{"snapshot schedule six fields", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    schedule: \"0 0 */6 * * *\"", `:50: spec.backup.schedule: must be a cron schedule of five fields (minute hour day-of-month month day-of-week), like "0 */6 * * *": expected exactly 5 fields, found 6`},
 		{"snapshot retention", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    retention: -1", `:50: spec.backup.retention: must be from 1 to 1000`},
+		{"s3 endpoint with scheme", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: https://s3.example.net\n      bucket: snaps", `:51: spec.backup.s3.endpoint: must be host or host:port, without https://`},
+		{"s3 bucket missing", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: s3.example.net", `:50: spec.backup.s3.bucket: is required`},
+		{"s3 bucket uppercase", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: s3.example.net\n      bucket: My_Snaps", `:52: spec.backup.s3.bucket: must be an S3 bucket name`},
+		{"s3 folder slash", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: s3.example.net\n      bucket: snaps\n      folder: /mgmt/", `:53: spec.backup.s3.folder: must be a key prefix like k3s/mgmt`},
+		{"s3 CA not PEM", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: s3.example.net\n      bucket: snaps\n      caFile: ~/.ssh/garbage.pub", `:53: spec.backup.s3.caFile: holds no PEM certificate`},
 		{"not yaml", "kind: ManagementCluster\n", "kind: [ManagementCluster\n", `: not valid YAML`},
 		{"alias", "version: v1.35.7+k3s1\n    installScriptURL: https://get.k3s.io", "version: &k v1.35.7+k3s1\n    installScriptURL: *k", `:31: spec.k3s.installScriptURL: YAML aliases are not supported; write the value out`},
 		{"duplicate field", "    cores: 2\n", "    cores: 2\n    cores: 4\n", `:20: spec.vm.cores: duplicate field`},
@@ -333,6 +338,54 @@ func TestSecrets(t *testing.T) {
 				}
 			} else if l.Secrets.Proxmox.TokenSecret != secret {
 				t.Errorf("secret not loaded from %s", tt.wantSrc)
+			}
+		})
+	}
+}
+
+// TestS3Secrets: spec.backup.s3 needs both keys, from secrets.yaml or
+// the environment (which wins); a key that would need quoting is refused;
+// no error echoes a key.
+func TestS3Secrets(t *testing.T) {
+	const withS3 = "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: 192.0.2.20:7070\n      bucket: k3s-snapshots\n"
+	tests := []struct {
+		name, file string
+		env        map[string]string
+		want       string // error substring; "" means success
+		access     string
+	}{
+		{name: "from file", file: "s3:\n  accessKey: AKIAEXAMPLE\n  secretKey: c2VjcmV0/key+1=\n", access: "AKIAEXAMPLE"},
+		{name: "env wins", file: "s3:\n  accessKey: AKIAEXAMPLE\n  secretKey: c2VjcmV0/key+1=\n", env: map[string]string{S3AccessKeyEnv: "AKIAFROMENV"}, access: "AKIAFROMENV"},
+		{name: "env only", env: map[string]string{S3AccessKeyEnv: "AKIAFROMENV", S3SecretKeyEnv: "c2VjcmV0/key+1="}, access: "AKIAFROMENV"},
+		{name: "secret key missing", file: "s3:\n  accessKey: AKIAEXAMPLE\n", want: "s3.secretKey: is required by spec.backup.s3: write it to"},
+		{name: "no keys", want: "s3.accessKey: is required by spec.backup.s3"},
+		{name: "quote in key", file: "s3:\n  accessKey: AKIAEXAMPLE\n  secretKey: \"it's-a-secret\"\n", want: "s3.secretKey: must be 3 to 256 characters of letters, digits and +/=._~:@%,- (got a value of 13 characters)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := testEnv(t)
+			env.Getenv = func(k string) string { return tt.env[k] }
+			cfg := writeConfig(t, strings.Replace(readTestdata(t, "valid.yaml"), "tokenTTL: 168h", withS3, 1))
+			if tt.file != "" {
+				if err := os.WriteFile(filepath.Join(filepath.Dir(cfg), "secrets.yaml"), []byte(tt.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, err := Load(cfg, "", env)
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %v, want %q", err, tt.want)
+				}
+				if strings.Contains(err.Error(), "it's-a-secret") {
+					t.Errorf("error leaks the key: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Secrets.S3.AccessKey != tt.access || l.Secrets.S3.SecretKey != "c2VjcmV0/key+1=" || l.Cluster.Spec.Backup.S3.Bucket != "k3s-snapshots" {
+				t.Errorf("loaded %+v, %+v", l.Secrets.S3, l.Cluster.Spec.Backup.S3)
 			}
 		})
 	}

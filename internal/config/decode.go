@@ -68,6 +68,12 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		d.r.set[path] = true
 	}
 	switch v.Kind() {
+	case reflect.Pointer:
+		// An optional section (spec.backup.s3): present once written.
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		d.value(n, v.Elem(), path)
 	case reflect.Struct:
 		d.structure(n, v, path)
 	case reflect.Slice:

@@ -15,6 +15,13 @@ import (
 // secret; it wins over the secrets file.
 const SecretEnv = "MGMTCTL_PROXMOX_TOKEN_SECRET"
 
+// The environment variables that carry spec.backup.s3's keys; they win
+// over the secrets file.
+const (
+	S3AccessKeyEnv = "MGMTCTL_S3_ACCESS_KEY"
+	S3SecretKeyEnv = "MGMTCTL_S3_SECRET_KEY"
+)
+
 // Env is what loading needs from the laptop: the home directory for ~/ and
 // the environment. Passing it in keeps tests off the real home.
 type Env struct {
@@ -132,9 +139,16 @@ func (l *Loaded) loadSecrets(explicit string) Errors {
 		l.Secrets.Proxmox.TokenSecret = s
 		l.SecretSource = SecretEnv
 	}
+	if s := l.Env.Getenv(S3AccessKeyEnv); s != "" {
+		l.Secrets.S3.AccessKey = s
+	}
+	if s := l.Env.Getenv(S3SecretKeyEnv); s != "" {
+		l.Secrets.S3.SecretKey = s
+	}
 	if len(r.errs) == 0 {
 		v := &validator{report: r}
 		v.secrets(&l.Secrets, l.SecretSource)
+		v.s3Secrets(l.Secrets.S3, l.Cluster.Spec.Backup.S3 != nil)
 	}
 	return r.errs
 }

@@ -183,11 +183,42 @@ type SSH struct {
 type Backup struct {
 	Schedule  string `yaml:"schedule"`
 	Retention int    `yaml:"retention"`
+	// S3, when set, sends every snapshot off-site too (k3s's etcd-s3*).
+	S3 *S3 `yaml:"s3"`
+}
+
+// S3 is the bucket k3s uploads its snapshots to, lists and prunes them
+// in, and restores them from (docs.k3s.io cli/etcd-snapshot, "S3
+// Compatible API Support"). The keys are secrets: secrets.yaml's s3.
+type S3 struct {
+	// Endpoint is host[:port], without a scheme: k3s always speaks HTTPS
+	// here (etcd-s3-insecure is never set).
+	Endpoint string `yaml:"endpoint"`
+	Bucket   string `yaml:"bucket"`
+	// Folder is the key prefix the snapshots go under; empty: the root.
+	Folder string `yaml:"folder"`
+	// Region is the bucket's; empty: k3s's default, us-east-1.
+	Region string `yaml:"region"`
+	// CAFile is a PEM file on the laptop holding the CA that signed the
+	// endpoint's certificate; empty: the VM's system trust store.
+	CAFile string `yaml:"caFile"`
+
+	// CA is CAFile's content, read by Load once the file is valid.
+	CA []byte `yaml:"-"`
 }
 
 // Secrets is the whole of secrets.yaml.
 type Secrets struct {
 	Proxmox ProxmoxSecrets `yaml:"proxmox"`
+	S3      S3Secrets      `yaml:"s3"`
+}
+
+// S3Secrets are the keys of spec.backup.s3's bucket. They reach k3s only
+// through its unit's environment file on each server (0600), never its
+// config.yaml or a command line.
+type S3Secrets struct {
+	AccessKey string `yaml:"accessKey"`
+	SecretKey string `yaml:"secretKey"`
 }
 
 // ProxmoxSecrets holds the Proxmox API token secret (PROXMOX_SECRET).

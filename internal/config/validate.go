@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
@@ -137,6 +138,51 @@ func (v *validator) backup(b *Backup) {
 	}
 	if n := b.Retention; n < 0 || n > MaxSnapshotRetention {
 		v.add("spec.backup.retention", fmt.Sprint(n), "must be from 1 to 1000 (0 or left out: k3s's default, 5)")
+	}
+	if b.S3 != nil {
+		v.s3(b.S3)
+	}
+}
+
+var (
+	// s3Endpoint is host[:port]: k3s's etcd-s3-endpoint takes no scheme.
+	s3Endpoint = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
+	// s3Bucket is S3's bucket naming rules (general purpose buckets).
+	s3Bucket = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+	// s3Folder is a key prefix of path segments, no leading or trailing /.
+	s3Folder = regexp.MustCompile(`^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$`)
+	s3Region = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
+	// s3Key is what an access or secret key may hold: printable ASCII
+	// without spaces, quotes, backslashes or $, so the environment file
+	// reads alike for systemd and sh.
+	s3Key = regexp.MustCompile("^[A-Za-z0-9+/=._~:@%,-]{3,256}$")
+)
+
+func (v *validator) s3(s *S3) {
+	if v.required("spec.backup.s3.endpoint", s.Endpoint) && !s3Endpoint.MatchString(s.Endpoint) {
+		v.add("spec.backup.s3.endpoint", s.Endpoint, "must be host or host:port, without https:// (k3s's etcd-s3-endpoint; k3s speaks HTTPS to it)")
+	}
+	if v.required("spec.backup.s3.bucket", s.Bucket) && !s3Bucket.MatchString(s.Bucket) {
+		v.add("spec.backup.s3.bucket", s.Bucket, "must be an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit")
+	}
+	if s.Folder != "" && !s3Folder.MatchString(s.Folder) {
+		v.add("spec.backup.s3.folder", s.Folder, "must be a key prefix like k3s/mgmt: segments of letters, digits and !_.*'()- joined by /, without a leading or trailing /")
+	}
+	if s.Region != "" && !s3Region.MatchString(s.Region) {
+		v.add("spec.backup.s3.region", s.Region, "must be a region name like us-east-1")
+	}
+	if s.CAFile != "" {
+		v.localPath("spec.backup.s3.caFile", s.CAFile)
+		data, err := os.ReadFile(v.fs.Expand(s.CAFile))
+		if err != nil {
+			v.add("spec.backup.s3.caFile", s.CAFile, "cannot read the CA: %v", unwrapPathError(err))
+			return
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(data) {
+			v.add("spec.backup.s3.caFile", s.CAFile, "holds no PEM certificate")
+			return
+		}
+		s.CA = data
 	}
 }
 
@@ -576,6 +622,20 @@ func (v *validator) tokenTTL(p, val string) {
 	}
 	if d < MinTokenTTL || d > MaxTokenTTL {
 		v.add(p, val, "must be from 10m to 8760h")
+	}
+}
+
+// s3Secrets checks the bucket's keys, without echoing them, when the
+// config has a bucket.
+func (v *validator) s3Secrets(s S3Secrets, needed bool) {
+	for _, k := range []struct{ path, env, val string }{
+		{"s3.accessKey", S3AccessKeyEnv, s.AccessKey}, {"s3.secretKey", S3SecretKeyEnv, s.SecretKey}} {
+		switch {
+		case k.val == "" && needed:
+			v.addNoValue(k.path, "is required by spec.backup.s3: write it to %s (mode 0600) or set %s", v.file, k.env)
+		case k.val != "" && !s3Key.MatchString(k.val):
+			v.addNoValue(k.path, "must be 3 to 256 characters of letters, digits and +/=._~:@%%,- (got a value of %d characters)", len(k.val))
+		}
 	}
 }
 

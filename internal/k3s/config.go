@@ -3,6 +3,7 @@ package k3s
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -43,7 +44,81 @@ func RenderConfig(s Spec) []byte {
 	if s.SnapshotRetention > 0 {
 		fmt.Fprintf(&b, "etcd-snapshot-retention: %d\n", s.SnapshotRetention)
 	}
+	if s3 := s.S3; s3 != nil {
+		// Every snapshot, scheduled or on demand, also goes to the
+		// bucket; the keys are in EnvPath. The CA is given inline,
+		// base64-encoded PEM, which etcd-s3-endpoint-ca takes as well as
+		// a path (k3s pkg/etcd/s3/s3.go, loadEndpointCAs).
+		fmt.Fprintf(&b, "etcd-s3: true\netcd-s3-endpoint: %q\netcd-s3-bucket: %q\n", s3.Endpoint, s3.Bucket)
+		if s3.Folder != "" {
+			fmt.Fprintf(&b, "etcd-s3-folder: %q\n", s3.Folder)
+		}
+		if s3.Region != "" {
+			fmt.Fprintf(&b, "etcd-s3-region: %q\n", s3.Region)
+		}
+		if len(s3.CA) > 0 {
+			fmt.Fprintf(&b, "etcd-s3-endpoint-ca: %q\n", base64.StdEncoding.EncodeToString(s3.CA))
+		}
+	}
 	return b.Bytes()
+}
+
+// EnvPath is the k3s unit's first EnvironmentFile (the installer's unit:
+// EnvironmentFile=-/etc/default/%N, then /etc/sysconfig/%N, then
+// k3s.service.env). The installer rewrites k3s.service.env on every
+// install from its own K3S_* variables; it never touches this one.
+const EnvPath = "/etc/default/k3s"
+
+// envHeader starts the environment file mgmtctl writes; a file without
+// it is someone else's, left alone.
+const envHeader = "# Managed by mgmtctl: the S3 keys of spec.backup.s3 (secrets.yaml). Mode 0600.\n"
+
+// RenderEnv is EnvPath's content: the S3 keys as AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY, the variables k3s's etcd-s3-access-key and
+// etcd-s3-secret-key flags read (k3s pkg/cli/cmds/server.go), so they are
+// in no config file and on no command line. nil without S3. The keys are
+// validated to need no quoting, so systemd and sh read the file alike.
+func RenderEnv(s Spec) []byte {
+	if s.S3 == nil {
+		return nil
+	}
+	return []byte(envHeader + "AWS_ACCESS_KEY_ID=" + s.S3.AccessKey + "\nAWS_SECRET_ACCESS_KEY=" + s.S3.SecretKey + "\n")
+}
+
+// Env writes EnvPath when it differs from what it should hold, and
+// removes one mgmtctl wrote once S3 is gone from the config. The file is
+// a secret: its plan shows no content, and RestartK3s restarts k3s after
+// it changes, as after config.yaml.
+type Env struct{ V *VM }
+
+var _ step.Step = (*Env)(nil)
+
+// ID implements step.Step.
+func (s *Env) ID() string { return "s3-keys" }
+
+// Host implements step.Step.
+func (s *Env) Host() string { return s.V.Name() }
+
+// Check implements step.Step.
+func (s *Env) Check(ctx context.Context) (step.Plan, error) {
+	want := s.V.env()
+	cur, action, err := s.V.current(ctx, EnvPath)
+	if err != nil {
+		return step.Plan{}, err
+	}
+	switch {
+	case want == nil && (action == step.Create || !bytes.HasPrefix(cur, []byte(envHeader))):
+		return step.Plan{Note: "no S3 keys for k3s (spec.backup.s3 is not set)"}, nil
+	case want == nil:
+		return step.Plan{Changes: []step.Change{{Target: EnvPath, Action: step.Delete,
+			Summary: "remove the S3 keys from " + EnvPath + " (spec.backup.s3 is gone)",
+			Effects: []effect.Effect{s.V.run(remote.Command("rm", "-f", "--", EnvPath).AsRoot())}}}}, nil
+	case bytes.Equal(cur, want):
+		return step.Plan{Note: EnvPath + " holds the S3 keys"}, nil
+	}
+	return step.Plan{Changes: []step.Change{{Target: EnvPath, Action: action,
+		Summary: fmt.Sprintf("%s %s with the S3 keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; 0600, content not shown)", action, EnvPath),
+		Effects: []effect.Effect{s.V.write(remote.File{Path: EnvPath, Content: want, Mode: 0o600, Owner: "root:root", Sudo: true})}}}}, nil
 }
 
 // Config writes config.yaml when it differs; RestartK3s, a step of its
@@ -97,7 +172,9 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	res, err := remote.Batch(ctx, s.V.Host, true,
 		remote.FileContent(ConfigPath).AsRoot(),
 		remote.FileModTime(ConfigPath).AsRoot(),
-		remote.ServiceStartedAt("k3s").AsRoot())
+		remote.ServiceStartedAt("k3s").AsRoot(),
+		remote.FileContent(EnvPath).AsRoot(),
+		remote.FileModTime(EnvPath).AsRoot())
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("read when k3s started and config.yaml changed: %w", err)
 	}
@@ -105,6 +182,16 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 		Effects: []effect.Effect{s.V.run(remote.Command("systemctl", "restart", "k3s").AsRoot())}}}}
 	if res[0].ExitCode != 0 || !bytes.Equal(res[0].Stdout, s.V.config()) {
 		restart.Changes[0].Summary = "restart k3s to load the new " + ConfigPath
+		return s.V.gate(ctx, restart)
+	}
+	// The environment file: k3s reads it only when it starts, like
+	// config.yaml; one still to be written or removed means a restart.
+	envNow := res[3].Stdout
+	if res[3].ExitCode != 0 {
+		envNow = nil
+	}
+	if want := s.V.env(); !bytes.Equal(envNow, want) && (want != nil || bytes.HasPrefix(envNow, []byte(envHeader))) {
+		restart.Changes[0].Summary = "restart k3s to load the S3 keys in " + EnvPath
 		return s.V.gate(ctx, restart)
 	}
 	started, err := time.Parse(systemdTime, strings.TrimSpace(string(res[2].Stdout)))
@@ -116,10 +203,21 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, fmt.Errorf("read the time %s changed: %q", ConfigPath, res[1].Stdout)
 	}
 	changed := time.Unix(0, int64(secs*1e9))
+	if res[4].ExitCode == 0 {
+		if envSecs, err := strconv.ParseFloat(strings.TrimSpace(string(res[4].Stdout)), 64); err == nil {
+			if t := time.Unix(0, int64(envSecs*1e9)); t.After(changed) {
+				changed = t
+			}
+		}
+	}
 	if started.After(changed) {
 		return step.Plan{Note: "k3s runs with " + ConfigPath + " as it is"}, nil
 	}
-	restart.Changes[0].Summary = fmt.Sprintf("restart k3s to load %s (changed %s, k3s running since %s)", ConfigPath,
+	files := ConfigPath
+	if s.V.env() != nil {
+		files += " and " + EnvPath
+	}
+	restart.Changes[0].Summary = fmt.Sprintf("restart k3s to load %s (changed %s, k3s running since %s)", files,
 		changed.UTC().Format(time.RFC3339), started.UTC().Format(time.RFC3339))
 	return s.V.gate(ctx, restart)
 }

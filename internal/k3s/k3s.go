@@ -46,6 +46,18 @@ type Spec struct {
 	// empty and 0 leave k3s's defaults.
 	SnapshotSchedule  string
 	SnapshotRetention int
+	// S3, when set, is where k3s sends its snapshots off-site; its keys
+	// go to EnvPath, never to config.yaml.
+	S3 *S3Spec
+}
+
+// S3Spec is k3s's etcd-s3* settings, and the keys k3s reads from its
+// environment.
+type S3Spec struct {
+	Endpoint, Bucket, Folder, Region string
+	// CA is the PEM CA for the endpoint; nil: the VM's trust store.
+	CA                   []byte
+	AccessKey, SecretKey string
 }
 
 // VM is the k3s phase's view of the VM, shared by its steps.
@@ -116,6 +128,10 @@ func (v *VM) Name() string { return v.Spec.Name }
 // config is config.yaml as it should be on this VM: what the config step
 // writes and the restart step compares.
 func (v *VM) config() []byte { return RenderConfig(v.Spec) }
+
+// env is EnvPath as it should be on this VM (nil: absent, or someone
+// else's).
+func (v *VM) env() []byte { return RenderEnv(v.Spec) }
 
 // Gather reads the installed k3s version.
 func (v *VM) Gather(ctx context.Context) error {

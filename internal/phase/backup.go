@@ -130,13 +130,17 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 	for _, v := range vms[1:] {
 		steps = append(steps, &k3s.Stop{V: v})
 	}
-	steps = append(steps, &backup.Restore{V: first, B: b, Snapshot: snapshot, Token: token})
+	reset := &backup.Restore{V: first, B: b, Snapshot: snapshot, Token: token}
+	steps = append(steps, reset)
+	var rejoins []*k3s.Rejoin
 	if len(servers) > 1 {
 		if c.Spec.VIP.Addr.IsValid() {
 			steps = append(steps, &k3s.APIAddress{V: vms[0], Addr: c.Spec.VIP.Addr, API: a.API, Timeout: s.WaitTimeout})
 		}
 		for _, v := range vms[1:] {
-			steps = append(steps, &k3s.Rejoin{V: v, Token: token})
+			r := &k3s.Rejoin{V: v, Token: token}
+			rejoins = append(rejoins, r)
+			steps = append(steps, r)
 		}
 		var names []string
 		for _, srv := range servers {
@@ -149,7 +153,11 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 	// The Clusters the snapshot holds paused stay so until restore
 	// --resume: held before the capi phase that follows, whose resume
 	// would otherwise take them for a backup's left-overs.
-	steps = append(steps, &capi.Hold{C: &capi.Clusters{Name: first.Name, API: a.API}, Backup: filepath.Base(b.Dir)})
+	held := filepath.Base(b.Dir)
+	if b.S3 != "" {
+		held = "s3:" + b.S3
+	}
+	steps = append(steps, &capi.Hold{C: &capi.Clusters{Name: first.Name, API: a.API}, Backup: held})
 	// What the restored Machines say against what Proxmox has now,
 	// reported before the user resumes the Clusters.
 	steps = append(steps, &capi.Drift{Name: servers[0].Node, API: a.API, Node: func(ctx context.Context) (remote.Reader, error) {
@@ -173,6 +181,16 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 					return srv.Name, err
 				}
 			}
+			if b.S3 != "" {
+				tok, err := s3Token(ctx, s, first, b.S3)
+				if err != nil {
+					return first.Name, err
+				}
+				reset.Token = tok
+				for _, r := range rejoins {
+					r.Token = tok
+				}
+			}
 			return strings.Join(names, ","), nil
 		},
 		Steps: steps,
@@ -189,4 +207,28 @@ func dialFor(s *session.Session, vm *backup.VM) func(ctx context.Context) (strin
 		vm.Host = h
 		return vm.Name, nil
 	}
+}
+
+// s3Token is the token a snapshot in the bucket restores under: the one
+// the laptop recorded for the cluster at the snapshot's time (KeepToken),
+// so it restores onto new servers too; else, with none recorded by then,
+// the first server's own (the cluster that took it, still there).
+func s3Token(ctx context.Context, s *session.Session, first *backup.VM, name string) ([]byte, error) {
+	known, err := backup.ReadTokens(s.BackupDir())
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range known {
+		s.Redact(k.Token)
+	}
+	if at, ok := backup.SnapshotTime(name); ok {
+		if k, ok := backup.TokenAt(known, at); ok {
+			return []byte(k.Token), nil
+		}
+	}
+	tok, err := backup.ReadToken(ctx, first.Host, s.Redact)
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster token on %s: %w", first.Name, err)
+	}
+	return tok, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -149,10 +150,18 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 		if c.Spec.VIP.Addr.IsValid() {
 			steps = append(steps, &k3s.KubeVIP{V: v, Manifest: k3s.KubeVIPManifest(kubeVIPSpec(c))})
 		}
-		steps = append(steps, &k3s.Config{V: v}, &k3s.Install{V: v}, &k3s.Restart{NodeReady: ready}, ready)
+		steps = append(steps, &k3s.Env{V: v}, &k3s.Config{V: v}, &k3s.Install{V: v}, &k3s.Restart{NodeReady: ready}, ready)
 		if i == 0 && c.Spec.VIP.Addr.IsValid() {
 			steps = append(steps, &k3s.APIAddress{V: v, Addr: c.Spec.VIP.Addr, API: a.API, Timeout: s.WaitTimeout})
 		}
+	}
+	if c.Spec.Backup.S3 != nil {
+		// The snapshots in S3 restore only under the cluster's token,
+		// which they do not hold: the laptop keeps it.
+		steps = append(steps, &backup.KeepToken{Dir: s.BackupDir(), Now: time.Now, Redact: s.Redact, Server: func() *backup.VM {
+			v := k3s.Seed(vms)
+			return &backup.VM{Name: v.Name(), Host: v.Host}
+		}})
 	}
 	return step.Phase{
 		Tag: step.TagK3s,

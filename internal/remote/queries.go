@@ -1,5 +1,7 @@
 package remote
 
+import "strings"
+
 // The closed vocabulary of reads. A Query is a permission, not a label:
 // the transport retries a query after a dropped link and kills it on
 // cancel, which is safe only for a command that changes nothing, and a
@@ -68,8 +70,30 @@ func CommandPath(name string) Query {
 }
 
 // EtcdSnapshots lists a k3s server's etcd snapshots (k3s etcd-snapshot
-// ls: a header, then name, location, size and creation time per line).
-func EtcdSnapshots() Query { return look("k3s", "etcd-snapshot", "ls") }
+// ls: a header, then name, location, size and creation time per line),
+// the bucket's too when config.yaml names one: k3s's environment file is
+// read first, as K3sSnapshotCmd does.
+func EtcdSnapshots() Query {
+	return lookScript("k3s etcd-snapshot ls", k3sSnapshotScript, "ls")
+}
+
+// K3sEnvFile is the k3s unit's environment file, where mgmtctl keeps the
+// S3 keys.
+const K3sEnvFile = "/etc/default/k3s"
+
+// k3sSnapshotScript runs `k3s etcd-snapshot "$@"` with the variables of
+// the k3s unit's environment file exported, as systemd gives them to k3s:
+// the S3 keys reach k3s from that root-only file, never through a command
+// line.
+const k3sSnapshotScript = `[ ! -r ` + K3sEnvFile + ` ] || { set -a; . ` + K3sEnvFile + `; set +a; }
+exec k3s etcd-snapshot "$@"`
+
+// K3sSnapshotCmd is `k3s etcd-snapshot ARGS...` in the k3s unit's
+// environment (EtcdSnapshots).
+func K3sSnapshotCmd(args ...string) Cmd {
+	c := Script("k3s etcd-snapshot "+strings.Join(args, " "), k3sSnapshotScript, args...)
+	return c
+}
 
 // ClusterVMs is every VM of the Proxmox cluster, as the API's
 // /cluster/resources lists them (vmid, name, node, status, tags), in JSON.

@@ -33,7 +33,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"K3sVersion", K3sVersion(), `sh -c 'command -v k3s >/dev/null || exit 127; k3s --version'`},
 		{"CommandPath", CommandPath("k3s"), `sh -c 'command -v "$1"' sh k3s`},
 		{"CloudInitStatus", CloudInitStatus(), "cloud-init status"},
-		{"EtcdSnapshots", EtcdSnapshots(), "k3s etcd-snapshot ls"},
+		{"EtcdSnapshots", EtcdSnapshots(), "sh -c '[ ! -r /etc/default/k3s ] || { set -a; . /etc/default/k3s; set +a; }\nexec k3s etcd-snapshot \"$@\"' sh ls"},
 		{"ClusterVMs", ClusterVMs(), "pvesh get /cluster/resources --type vm --output-format json"},
 		{"CloudInitWait", CloudInitWait(), "cloud-init status --wait"},
 	}

@@ -64,8 +64,10 @@ func (tp *Template) Start(t testing.TB) *Lab {
 		t.Fatal(err)
 	}
 	// The lab's own binaries (bin/) are not copied: up links them from
-	// the repository's bin/ again.
-	if out, err := exec.Command("sh", "-c", `tar -C "$1" --exclude=./bin -cf - . | tar -C "$2" -xf -`, "copy", tp.dir, tl.Dir).CombinedOutput(); err != nil {
+	// the repository's bin/ again. Extended attributes in the user
+	// namespace are: versitygw's POSIX backend keeps a bucket's ACL and
+	// owner there, and a bucket copied without them answers 500.
+	if out, err := exec.Command("sh", "-c", `tar -C "$1" --exclude=./bin --xattrs --xattrs-include='user.*' -cf - . | tar -C "$2" --xattrs --xattrs-include='user.*' -xf -`, "copy", tp.dir, tl.Dir).CombinedOutput(); err != nil {
 		os.RemoveAll(tl.Dir)
 		t.Fatalf("copy template %q: %v\n%s", tp.Name, err, out)
 	}

@@ -237,6 +237,7 @@ func EtcdSnapshot(args []string, stdout, stderr io.Writer) int {
 	cmd := "save"
 	name, dir := "on-demand", snapshotDir
 	var rest []string
+	var s3flag *bool // --etcd-s3 on the command line, over config.yaml's
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		k, v, has := strings.Cut(strings.TrimLeft(a, "-"), "=")
@@ -251,14 +252,38 @@ func EtcdSnapshot(args []string, stdout, stderr io.Writer) int {
 			name = v
 		case k == "dir" || k == "etcd-snapshot-dir":
 			dir = v
+		case k == "s3" || k == "etcd-s3":
+			b := !has || v == "true"
+			s3flag = &b
 		}
 	}
 	if len(rest) > 0 {
 		cmd, rest = rest[0], rest[1:]
 	}
+	// config.yaml's etcd-s3* settings apply to etcd-snapshot too
+	// (pkg/configfilearg reads it for every server subcommand).
+	cfg, err := LoadConfig(ConfigFile)
+	if err != nil {
+		return fatal(err)
+	}
+	if s3flag != nil {
+		cfg.S3.Enabled = *s3flag
+	}
+	ctx := context.Background()
+	s3 := func() (*s3Client, error) { return newS3Client(ctx, cfg.S3, io.Discard) }
 	switch cmd {
 	case "ls", "list", "l":
 		entries, _ := os.ReadDir(dir)
+		var s3list []s3Snapshot
+		if cfg.S3.Enabled {
+			c, err := s3()
+			if err == nil {
+				s3list, err = c.list(ctx)
+			}
+			if err != nil {
+				return fatal(fmt.Errorf("failed to list S3 snapshots: %w", err))
+			}
+		}
 		fmt.Fprintf(stdout, "%-40s %-80s %-10s %s\n", "Name", "Location", "Size", "Created")
 		sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 		for _, e := range entries {
@@ -268,11 +293,26 @@ func EtcdSnapshot(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "%-40s %-80s %-10d %s\n", e.Name(), "file://"+filepath.Join(dir, e.Name()), fi.Size(), fi.ModTime().UTC().Format(time.RFC3339))
 		}
+		for _, o := range s3list {
+			fmt.Fprintf(stdout, "%-40s %-80s %-10d %s\n", o.Name, "s3://"+cfg.S3.Bucket+"/"+o.Key, o.Size, o.Created.UTC().Format(time.RFC3339))
+		}
 		return 0
 	case "delete":
-		for _, n := range rest {
-			if err := os.Remove(filepath.Join(dir, filepath.Base(n))); err != nil {
+		var c *s3Client
+		if cfg.S3.Enabled {
+			if c, err = s3(); err != nil {
 				return fatal(err)
+			}
+		}
+		for _, n := range rest {
+			local := os.Remove(filepath.Join(dir, filepath.Base(n)))
+			if c != nil {
+				if err := c.remove(ctx, filepath.Base(n)); err == nil {
+					local = nil
+				}
+			}
+			if local != nil {
+				return fatal(local)
 			}
 			logf(stderr, "Snapshot %s deleted.", n)
 		}
@@ -287,6 +327,13 @@ func EtcdSnapshot(args []string, stdout, stderr io.Writer) int {
 			return fatal(err)
 		}
 		logf(stderr, "Snapshot %s saved.", file)
+		if cfg.S3.Enabled {
+			// An on-demand snapshot goes to S3 too; k3s prunes only the
+			// scheduled ones.
+			if err := uploadSnapshot(ctx, cfg.S3, filepath.Join(dir, file), "", stderr); err != nil {
+				return fatal(fmt.Errorf("failed to upload snapshot to S3: %w", err))
+			}
+		}
 		return 0
 	}
 	fmt.Fprintf(stderr, "No help topic for '%s'\n", cmd)
@@ -330,7 +377,19 @@ func saveSnapshot(path string) error {
 // clusterReset restores path (when set) as the only member's data, moving
 // the current data aside, then brings the datastore's bootstrap data to
 // disk under token, writes the reset flag, and says what to do next.
-func clusterReset(restorePath, token, tls string, me member, log io.Writer) error {
+func clusterReset(restorePath string, s3 S3Config, token, tls string, me member, log io.Writer) error {
+	if restorePath != "" && s3.Enabled {
+		// With etcd-s3, the restore path is a snapshot's name in the
+		// bucket (pkg/etcd/etcd.go Reset).
+		logf(log, "Retrieving etcd snapshot %s from S3", restorePath)
+		c, err := newS3Client(context.Background(), s3, log)
+		if err != nil {
+			return fmt.Errorf("failed to initialize S3 client: %w", err)
+		}
+		if restorePath, err = c.download(context.Background(), restorePath, snapshotDir); err != nil {
+			return err
+		}
+	}
 	if restorePath != "" {
 		if exists(etcdDir) {
 			old := fmt.Sprintf("%s-old-%d", etcdDir, time.Now().Unix())

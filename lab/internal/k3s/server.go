@@ -119,6 +119,9 @@ func Server(args []string, log io.Writer) error {
 		return err
 	}
 	warnUnknown(log, cfg.Unknown, time.Now())
+	if flags.s3 != nil {
+		cfg.S3.Enabled = *flags.s3
+	}
 	logf(log, "Starting k3s %s (%s)", Version(), commit(Version()))
 	token, err := serverToken(flags.token, flags.tokenFile, cfg)
 	if err != nil {
@@ -132,7 +135,7 @@ func Server(args []string, log io.Writer) error {
 	me := member{hostname, ip}
 	tls := filepath.Join(DataDir, "tls")
 	if flags.clusterReset {
-		return clusterReset(flags.restorePath, token, tls, me, log)
+		return clusterReset(flags.restorePath, cfg.S3, token, tls, me, log)
 	}
 	bctx, bcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer bcancel()
@@ -257,7 +260,7 @@ func Server(args []string, log io.Writer) error {
 	// on the server that holds the k3s Lease.
 	go runHelmController(ctx, rc, cs, hostname, log, port)
 	if dir == etcdDir && !cfg.DisableSnapshots {
-		if err := scheduleSnapshots(ctx, cfg.SnapshotCron, cfg.SnapshotRetention, hostname, log); err != nil {
+		if err := scheduleSnapshots(ctx, cfg.SnapshotCron, cfg.SnapshotRetention, cfg.S3, hostname, log); err != nil {
 			return err
 		}
 	}

@@ -32,6 +32,8 @@ type Config struct {
 	SnapshotCron      string `json:"etcd-snapshot-schedule-cron"`
 	SnapshotRetention int    `json:"etcd-snapshot-retention"`
 	DisableSnapshots  bool   `json:"etcd-disable-snapshots"`
+	// S3 is where snapshots go off-site (s3.go).
+	S3 S3Config `json:"-"`
 	// Unknown are the keys k3s has no flag for, in file order.
 	Unknown []string `json:"-"`
 }
@@ -144,6 +146,13 @@ func LoadConfig(path string) (Config, error) {
 	if v, ok := raw["etcd-disable-snapshots"]; ok {
 		c.DisableSnapshots = fmt.Sprint(v) == "true"
 	}
+	if err := yaml.Unmarshal(b, &c.S3); err != nil {
+		return c, fmt.Errorf("parse %s: etcd-s3: %w", path, err)
+	}
+	c.S3.Retention = c.SnapshotRetention
+	if c.S3.Retention <= 0 {
+		c.S3.Retention = defaultSnapshotRetention
+	}
 	for k := range raw {
 		if !knownServerFlag(k) {
 			c.Unknown = append(c.Unknown, k)
@@ -160,6 +169,8 @@ type serverFlags struct {
 	restorePath               string
 	token, tokenFile          string
 	server                    string
+	// s3 is --etcd-s3 given on the command line, over config.yaml's.
+	s3 *bool
 }
 
 func parseServerFlags(args []string) (serverFlags, error) {
@@ -186,6 +197,9 @@ func parseServerFlags(args []string) (serverFlags, error) {
 			f.tokenFile = value()
 		case "server", "s":
 			f.server = value()
+		case "etcd-s3":
+			b := !has || v == "true"
+			f.s3 = &b
 		}
 		// Other flags (--disable, --tls-san, ...) are config.yaml's
 		// business in the lab: a flag-with-value not known here keeps its

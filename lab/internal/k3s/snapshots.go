@@ -28,7 +28,7 @@ const (
 )
 
 // scheduleSnapshots starts the server's snapshot cron until ctx ends.
-func scheduleSnapshots(ctx context.Context, spec string, retention int, node string, log io.Writer) error {
+func scheduleSnapshots(ctx context.Context, spec string, retention int, s3 S3Config, node string, log io.Writer) error {
 	if spec == "" {
 		spec = defaultSnapshotCron
 	}
@@ -37,8 +37,17 @@ func scheduleSnapshots(ctx context.Context, spec string, retention int, node str
 	}
 	c := cron.New()
 	if _, err := c.AddFunc(spec, func() {
-		if err := scheduledSnapshot(snapshotDir, node, retention, time.Now(), log); err != nil {
+		file, err := scheduledSnapshot(snapshotDir, node, retention, time.Now(), log)
+		if err != nil {
 			logf(log, "Failed to take scheduled snapshot: %v", err)
+			return
+		}
+		if s3.Enabled {
+			// k3s uploads each scheduled snapshot and applies the
+			// retention to this node's scheduled snapshots in S3 too.
+			if err := uploadSnapshot(ctx, s3, file, scheduledSnapshotName+"-"+node+"-", log); err != nil {
+				logf(log, "Failed to upload scheduled snapshot to S3: %v", err)
+			}
 		}
 	}); err != nil {
 		return fmt.Errorf("failed to schedule etcd snapshots: %w", err)
@@ -52,14 +61,33 @@ func scheduleSnapshots(ctx context.Context, spec string, retention int, node str
 }
 
 // scheduledSnapshot saves one scheduled snapshot into dir and prunes this
-// node's scheduled snapshots to retention, the oldest first.
-func scheduledSnapshot(dir, node string, retention int, now time.Time, log io.Writer) error {
+// node's scheduled snapshots to retention, the oldest first; it returns
+// the snapshot's file.
+func scheduledSnapshot(dir, node string, retention int, now time.Time, log io.Writer) (string, error) {
 	name := fmt.Sprintf("%s-%s-%d", scheduledSnapshotName, node, now.Unix())
-	if err := saveSnapshot(filepath.Join(dir, name)); err != nil {
-		return err
+	file := filepath.Join(dir, name)
+	if err := saveSnapshot(file); err != nil {
+		return "", err
 	}
 	logf(log, "Snapshot %s saved.", name)
-	return pruneSnapshots(dir, scheduledSnapshotName+"-"+node+"-", retention, log)
+	return file, pruneSnapshots(dir, scheduledSnapshotName+"-"+node+"-", retention, log)
+}
+
+// uploadSnapshot uploads a saved snapshot to S3 and, with a prefix,
+// applies the retention to the snapshots in S3 named with it.
+func uploadSnapshot(ctx context.Context, cfg S3Config, file, prefix string, log io.Writer) error {
+	c, err := newS3Client(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := c.upload(ctx, file); err != nil {
+		return err
+	}
+	logf(log, "S3 upload complete for %s", filepath.Base(file))
+	if prefix == "" {
+		return nil
+	}
+	return c.prune(ctx, prefix, cfg.Retention)
 }
 
 // pruneSnapshots deletes the oldest snapshots named with prefix beyond

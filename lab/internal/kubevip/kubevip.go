@@ -96,6 +96,19 @@ func (n *Node) Elect(ctx context.Context, cfg Config) {
 		iface = "eth0"
 	}
 	cidr := cfg.Address + "/32"
+	// The container stops with its node's k3s here (a lab
+	// simplification): the address goes at once, before the lease is
+	// given up through an API server that may be stopping too, so a
+	// stopped server never keeps answering for the VIP.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = n.IP("addr", "del", cidr, "dev", iface)
+		case <-stopped:
+		}
+	}()
 	simkube.Lead(ctx, n.CS, simkube.Election{Namespace: cfg.Namespace, Name: cfg.LeaseName, Identity: n.Name,
 		Lease: cfg.Lease, Renew: cfg.Renew, Retry: cfg.Retry},
 		func(ctx context.Context) {

@@ -106,6 +106,47 @@ func execStart(file string) []string {
 	return nil
 }
 
+// environment reads a unit's EnvironmentFile= lines in order
+// (systemd.exec(5)): "-" before the path ignores a missing file, %N is
+// the unit's name without its suffix; each file holds KEY=VALUE lines,
+// "#" and ";" start comments, and a value in single or double quotes has
+// them removed. The k3s installer's unit reads /etc/default/k3s, then
+// /etc/sysconfig/k3s, then k3s.service.env.
+func environment(file, unit string) ([]string, error) {
+	b, _ := os.ReadFile(file)
+	var env []string
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "EnvironmentFile=")
+		if !ok {
+			continue
+		}
+		optional := strings.HasPrefix(v, "-")
+		v = strings.ReplaceAll(strings.TrimPrefix(v, "-"), "%N", strings.TrimSuffix(unit, ".service"))
+		data, err := os.ReadFile(p(v))
+		if err != nil {
+			if optional && os.IsNotExist(err) {
+				continue
+			}
+			return nil, fmt.Errorf("failed to load environment files: %w", err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			l = strings.TrimSpace(l)
+			if l == "" || l[0] == '#' || l[0] == ';' {
+				continue
+			}
+			k, val, ok := strings.Cut(l, "=")
+			if !ok {
+				continue
+			}
+			if n := len(val); n >= 2 && (val[0] == '\'' || val[0] == '"') && val[n-1] == val[0] {
+				val = val[1 : n-1]
+			}
+			env = append(env, strings.TrimSpace(k)+"="+val)
+		}
+	}
+	return env, nil
+}
+
 func start(u string) error {
 	file, ok := unitFile(u)
 	if !ok {
@@ -123,6 +164,11 @@ func start(u string) error {
 		logf, _ := os.OpenFile(p("var/log/"+strings.TrimSuffix(u, ".service")+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stdout, cmd.Stderr = logf, logf
+		env, err := environment(file, u)
+		if err != nil {
+			return fmt.Errorf("Job for %s failed: %v", u, err)
+		}
+		cmd.Env = append(os.Environ(), env...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		// Type=notify: like systemd, hand the service a NOTIFY_SOCKET and
 		// return from start only once it says READY=1 (or dies).
@@ -137,7 +183,7 @@ func start(u string) error {
 			defer os.Remove(sock)
 			defer c.Close()
 			notify = c
-			cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+			cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+sock)
 		}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("Job for %s failed: %v", u, err)

@@ -133,3 +133,23 @@ func TestNotifyUnitActivating(t *testing.T) {
 		t.Errorf("after stop: %d %q", code, out)
 	}
 }
+
+// TestEnvironmentFile: a unit's EnvironmentFile= lines are read in order,
+// %N expanded, "-" files optional, quotes and comments as systemd reads
+// them; a missing required file fails the start.
+func TestEnvironmentFile(t *testing.T) {
+	setRoot(t)
+	unit := filepath.Join(Root, "etc/systemd/system/k3s.service")
+	os.MkdirAll(filepath.Dir(unit), 0o755)
+	os.MkdirAll(filepath.Join(Root, "etc/default"), 0o755)
+	os.WriteFile(unit, []byte("[Service]\nEnvironmentFile=-/etc/default/%N\nEnvironmentFile=-/etc/sysconfig/%N\nEnvironmentFile=-/etc/systemd/system/k3s.service.env\nExecStart=/bin/true\n"), 0o644)
+	os.WriteFile(filepath.Join(Root, "etc/default/k3s"), []byte("# keys\nAWS_ACCESS_KEY_ID=LAB1\n; also a comment\nAWS_SECRET_ACCESS_KEY='a/b+c='\n\nQUOTED=\"x y\"\n"), 0o600)
+	got, err := environment(unit, "k3s.service")
+	if want := []string{"AWS_ACCESS_KEY_ID=LAB1", "AWS_SECRET_ACCESS_KEY=a/b+c=", "QUOTED=x y"}; err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("environment = %q, %v; want %q", got, err, want)
+	}
+	os.WriteFile(unit, []byte("[Service]\nEnvironmentFile=/etc/default/missing\n"), 0o644)
+	if _, err := environment(unit, "k3s.service"); err == nil {
+		t.Error("a missing required EnvironmentFile was accepted")
+	}
+}

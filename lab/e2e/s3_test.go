@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+)
+
+// TestS3Restore is disaster recovery from a snapshot k3s's schedule put
+// in S3, for a cluster of three servers: spec.backup.s3 with the keys in
+// secrets.yaml turns on k3s's etcd-s3 on every server (the keys in its
+// environment file, one server restarted at a time) and the laptop keeps
+// the cluster's token; k3s uploads a snapshot to the lab's S3
+// (versitygw) and backup --list shows it; every server is destroyed and
+// a new cluster (a new token) made; a restore from the snapshot, under
+// the old cluster's token, brings the object back with three healthy
+// members; apply then changes nothing. The S3 secret key is in no output,
+// no laptop file but secrets.yaml, no debug log, no process's arguments,
+// and no config.yaml.
+func TestS3Restore(t *testing.T) {
+	t.Parallel()
+	e := haEnv(t, haBackedUp.Start(t))
+	creds, err := os.ReadFile(e.S3CredentialsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := strings.Fields(string(creds))
+	access, secret := keys[0], keys[1]
+	sec, err := os.ReadFile(e.SecretsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.SecretsPath(), append(sec, []byte("s3:\n  accessKey: "+access+"\n  secretKey: "+secret+"\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var outputs []string
+	run := func(what string, args ...string) string {
+		t.Helper()
+		r := e.mgmtctl(args...)
+		outputs = append(outputs, r.Stdout+r.Stderr)
+		mustSucceed(t, r, what)
+		return r.Stdout
+	}
+	e.editConfig("  kubeconfig:", "  backup:\n    schedule: \"* * * * *\"\n    retention: 10\n    s3:\n      endpoint: "+lab.MirrorAddr+":7070\n      bucket: k3s-snapshots\n      folder: lab-mgmt\n      caFile: "+e.CABundle()+"\n  kubeconfig:")
+	out := run("apply with S3", "apply")
+	for _, srv := range []string{"lab-mgmt", "lab-mgmt-2", "lab-mgmt-3"} {
+		for _, want := range []string{"changed: [" + srv + "] k3s/s3-keys: create /etc/default/k3s with the S3 keys", "changed: [" + srv + "] k3s/restart-k3s: restart k3s"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("apply lacks %q:\n%s", want, out)
+			}
+		}
+	}
+	for _, id := range []int{lab.VMID, lab.VMID + 1, lab.VMID + 2} {
+		upper := filepath.Join(e.VMDisk(id), "upper")
+		cfg, _ := os.ReadFile(filepath.Join(upper, "etc/rancher/k3s/config.yaml"))
+		if !strings.Contains(string(cfg), "etcd-s3: true\netcd-s3-endpoint: \""+lab.MirrorAddr+":7070\"\netcd-s3-bucket: \"k3s-snapshots\"\netcd-s3-folder: \"lab-mgmt\"\n") || strings.Contains(string(cfg), secret) {
+			t.Errorf("VM %d's config.yaml:\n%s", id, cfg)
+		}
+		if fi, err := os.Stat(filepath.Join(upper, "etc/default/k3s")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("VM %d's /etc/default/k3s: %v %v", id, fi, err)
+		}
+	}
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("apply after S3: %s", got)
+	}
+
+	// A marker, then a scheduled snapshot in S3 that holds it.
+	if r := e.viaVIP("create", "configmap", "in-s3", "--from-literal=k=v"); !strings.Contains(r.Stdout, "created") {
+		t.Fatalf("marker: %+v", r)
+	}
+	marked := time.Now()
+	var snap string
+	deadline := time.Now().Add(150 * time.Second)
+	for snap == "" {
+		// The schedule fires on the minute: nothing to watch from here.
+		time.Sleep(5 * time.Second)
+		r := e.mgmtctl("backup", "--list", "-o", "json")
+		outputs = append(outputs, r.Stdout+r.Stderr)
+		mustSucceed(t, r, "backup --list")
+		var listed []struct {
+			Where, Snapshot, Location string
+			Created                   time.Time
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &listed); err != nil {
+			t.Fatalf("backup --list -o json: %v\n%s", err, r.Stdout)
+		}
+		for _, b := range listed {
+			// A whole second after the marker: the snapshot holds it.
+			if b.Where == "s3" && b.Created.After(marked.Add(time.Second)) && strings.HasPrefix(b.Location, "s3://k3s-snapshots/lab-mgmt/etcd-snapshot-") {
+				snap = b.Snapshot
+				break
+			}
+		}
+		if snap == "" && time.Now().After(deadline) {
+			t.Fatalf("no scheduled snapshot in S3 within 150 s:\n%s", r.Stdout)
+		}
+	}
+	if list := run("backup --list", "backup", "--list"); !strings.Contains(list, "s3:"+snap) || !strings.Contains(list, "scheduled by k3s") {
+		t.Errorf("backup --list:\n%s", list)
+	}
+
+	// Every server lost; a new cluster, with a token of its own. Its
+	// schedule made rare, so that its snapshots prune none of the old
+	// cluster's while the test runs.
+	e.editConfig(`schedule: "* * * * *"`, `schedule: "0 0 1 1 *"`)
+	run("destroy", "destroy", "--yes")
+	run("apply three fresh servers", "apply")
+	if out := e.viaVIP("get", "configmap", "in-s3", "--ignore-not-found", "-o", "name").Stdout; out != "" {
+		t.Fatalf("the fresh cluster has the object: %q", out)
+	}
+	tokens, err := os.ReadFile(filepath.Join(e.LaptopHome(), ".local/share/mgmtctl/backups/lab-mgmt/cluster-tokens.json"))
+	if err != nil || strings.Count(string(tokens), `"token"`) != 2 {
+		t.Fatalf("the laptop's record of the cluster's tokens: %v\n%s", err, tokens)
+	}
+
+	out = run("restore from S3", "restore", "--from", "s3:"+snap, "--yes")
+	if got, want := strings.Join(phaseSteps(out, "restore"), " "),
+		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt hold-clusters@lab-mgmt machine-drift@pve1"; got != want {
+		t.Errorf("restore's steps:\n got %s\nwant %s", got, want)
+	}
+	if !strings.Contains(out, "from s3://k3s-snapshots/lab-mgmt/"+snap) || !strings.Contains(out, "3 etcd members healthy") {
+		t.Errorf("restore's output:\n%s", out)
+	}
+	if v := e.viaVIP("get", "configmap", "in-s3", "-o", "jsonpath={.data.k}").Stdout; v != "v" {
+		t.Errorf("the marker after the restore: %q", v)
+	}
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("apply after the restore: %s", got)
+	}
+	// A name the bucket does not have is refused before k3s stops.
+	if r := e.mgmtctl("restore", "--from", "s3:etcd-snapshot-nowhere-1", "--yes"); r.Code != 1 || !strings.Contains(r.Stderr, "no snapshot etcd-snapshot-nowhere-1 in the bucket") {
+		t.Errorf("restore of a missing snapshot: %+v", r)
+	}
+
+	// The secret key: in no output, no laptop file but secrets.yaml (the
+	// debug logs included), no process's arguments.
+	for _, o := range outputs {
+		if strings.Contains(o, secret) {
+			t.Fatalf("an output holds the S3 secret key:\n%s", o)
+		}
+	}
+	filepath.WalkDir(e.LaptopHome(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+			t.Errorf("%s holds the S3 secret key", p)
+		}
+		return nil
+	})
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+			t.Errorf("a process's arguments hold the S3 secret key: %s: %q", p, b)
+		}
+	}
+}
