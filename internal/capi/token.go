@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -64,6 +65,11 @@ type Token struct {
 	C      *Cluster
 	Source string // where the secret came from, for the error
 	HTTP   *http.Client
+	// Needs is what the token needs on the node's major version (CAPMOX's
+	// least privileges): its effective permissions are read and every
+	// privilege missing is named before anything is written. nil checks
+	// none.
+	Needs func(major int) []pveaccess.Grant
 }
 
 var _ step.Step = (*Token)(nil)
@@ -80,5 +86,22 @@ func (s *Token) Check(ctx context.Context) (step.Plan, error) {
 	if err != nil {
 		return step.Plan{}, err
 	}
-	return step.Plan{Note: fmt.Sprintf("token %s accepted by %s (Proxmox VE %s)", s.C.TokenID, s.C.ProxmoxURL, v)}, nil
+	note := fmt.Sprintf("token %s accepted by %s (Proxmox VE %s)", s.C.TokenID, s.C.ProxmoxURL, v)
+	if s.Needs == nil {
+		return step.Plan{Note: note}, nil
+	}
+	major := pveaccess.Major(v)
+	if major < pveaccess.Versions[0] {
+		return step.Plan{Note: note, Warnings: []string{fmt.Sprintf("the token's privileges are not checked on Proxmox VE %s: mgmtctl knows those of PVE %d and %d", v, pveaccess.Versions[0], pveaccess.Versions[len(pveaccess.Versions)-1])}}, nil
+	}
+	major = min(major, pveaccess.Versions[len(pveaccess.Versions)-1])
+	grants := s.Needs(major)
+	have, err := pveaccess.Permissions(ctx, s.HTTP, s.C.ProxmoxURL, s.C.TokenID, s.C.TokenSecret, pveaccess.Paths(grants))
+	if err != nil {
+		return step.Plan{}, err
+	}
+	if missing := pveaccess.Lacking(grants, have); len(missing) > 0 {
+		return step.Plan{}, &pveaccess.MissingError{TokenID: s.C.TokenID, Version: v, For: "CAPMOX", Missing: missing}
+	}
+	return step.Plan{Note: note + ", with every privilege CAPMOX needs"}, nil
 }

@@ -154,6 +154,7 @@ and kubeconfigs on this laptop. A second run changes nothing.`,
 		newBackup(g, o),
 		newRestore(g, o),
 		newDestroy(g, o),
+		newProxmox(g, o),
 		newVersion(o),
 	)
 	return root

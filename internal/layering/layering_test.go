@@ -19,14 +19,14 @@ var domain = []string{"proxmox", "k3s", "addons", "capi", "kubeconfig", "inspect
 // read config's vocabulary (a chart pin, a provider, a k3s release); the
 // others take an input struct of their own, which phase fills from the
 // config.
-var below = []string{"step", "effect", "remote", "kube", "shell"}
+var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess"}
 
 // allowed is, for every package of the tool, the packages of the tool it
 // may import (not counting tests). A package missing here fails the test:
 // a new package takes a place in the layering when it is written.
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
-	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile"},
+	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess"},
 	"phase":       append(append([]string{"session", "config", "laptop", "backup"}, domain...), below...),
 	// The run's connections, host keys, the VM record and its way to the
 	// cluster: it knows the domain packages whose facts it keeps (the
@@ -52,11 +52,13 @@ var allowed = map[string][]string{
 	"config":      nil,
 	"kube":        nil,
 	"shell":       nil,
-	"redact":      nil,
-	"diff":        nil,
-	"localfile":   nil,
-	"layering":    nil,
-	"standalone":  nil,
+	// Proxmox VE's privileges: what a token needs, pveum, the check.
+	"pveaccess":  {"shell"},
+	"redact":     nil,
+	"diff":       nil,
+	"localfile":  nil,
+	"layering":   nil,
+	"standalone": nil,
 	// A developer's tool: summarises go test -json (docs/testing.md).
 	"hack/testtimes": nil,
 	// Test helpers.

@@ -22,6 +22,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
 	"github.com/mgmtctl/mgmtctl/internal/laptop"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
+	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -258,7 +259,9 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 		TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
 		API: func() *kube.Reader { return a.Reader() }}
 	steps := []step.Step{
-		&capi.Token{C: cl, Source: s.Config.SecretSource},
+		&capi.Token{C: cl, Source: s.Config.SecretSource, Needs: func(major int) []pveaccess.Grant {
+			return pveaccess.CAPMOX(major, c.Spec.Proxmox.Storage, c.Spec.VM.Bridge)
+		}},
 		&capi.Namespaces{C: cl},
 		&capi.Variables{C: cl},
 	}

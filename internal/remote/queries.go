@@ -101,6 +101,10 @@ func ClusterVMs() Query {
 	return look("pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json")
 }
 
+// PVEVersion is pveversion on a Proxmox node:
+// "pve-manager/<version>/<repoid> (running kernel: <kernel>)".
+func PVEVersion() Query { return look("pveversion") }
+
 // CloudInitStatus is cloud-init's status now.
 func CloudInitStatus() Query { return look("cloud-init", "status") }
 

@@ -36,6 +36,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"EtcdSnapshots", EtcdSnapshots(), "sh -c '[ ! -r /etc/default/k3s ] || { set -a; . /etc/default/k3s; set +a; }\nexec k3s etcd-snapshot \"$@\"' sh ls"},
 		{"ClusterVMs", ClusterVMs(), "pvesh get /cluster/resources --type vm --output-format json"},
 		{"CloudInitWait", CloudInitWait(), "cloud-init status --wait"},
+		{"PVEVersion", PVEVersion(), "pveversion"},
 	}
 	var listed []string
 	for _, r := range reads {

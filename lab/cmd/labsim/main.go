@@ -30,6 +30,10 @@ func main() {
 		os.Exit(runPvesh(os.Args[1:]))
 	case "pveum":
 		os.Exit(runPveum(os.Args[1:]))
+	case "pveversion":
+		// pve-manager's bin/pveversion without -v: one line.
+		fmt.Printf("pve-manager/%s/14a22df3 (running kernel: 6.14.8-2-pve)\n", pveapi.Version)
+		os.Exit(0)
 	case "cloud-init":
 		os.Exit(vmos.CloudInit(os.Args[1:], os.Stdout, os.Stderr))
 	case "apt-get", "apt":
@@ -172,7 +176,7 @@ func runAgent(specPath string) int {
 	if spec.Role == "pve" {
 		api := &pveapi.Server{Addr: spec.Addr,
 			CertFile: filepath.Join(spec.LabDir, "pki", spec.Name+".crt"), KeyFile: filepath.Join(spec.LabDir, "pki", spec.Name+".key"),
-			Tokens: pveapi.TokenConfig{Path: filepath.Join(spec.LabDir, "pki/pve-token")}}
+			Access: labAccess(spec.LabDir)}
 		spec.Services = append(spec.Services, api.Run)
 	}
 	if err := host.Run(&spec, os.Stdout); err != nil {
@@ -261,7 +265,13 @@ func runPveum(args []string) int {
 		fmt.Fprintln(os.Stderr, "not a lab Proxmox node:", err)
 		return 255
 	}
-	return pveapi.PVEUM(args, pveapi.TokenConfig{Path: filepath.Join(c.Dir, "pki/pve-token")}, os.Stdout, os.Stderr)
+	return pveapi.PVEUM(args, labAccess(c.Dir), os.Stdout, os.Stderr)
+}
+
+// labAccess is the lab's Proxmox access control: the tokens' secrets
+// beside its PKI, user.cfg in the cluster's /etc/pve.
+func labAccess(dir string) pveapi.Access {
+	return pveapi.Access{Tokens: pveapi.TokenConfig{Path: filepath.Join(dir, "pki/pve-token")}, UserCfg: filepath.Join(dir, "pmxcfs/user.cfg")}
 }
 
 func runPvesh(args []string) int {

@@ -118,6 +118,10 @@ func (l *Lab) FaultPath(name string) string { return l.path("faults", name) }
 // "<tokenid> <secret>".
 func (l *Lab) TokenPath() string { return l.path("pki", "pve-token") }
 
+// UserCfgPath is the Proxmox cluster's /etc/pve/user.cfg: users, tokens,
+// roles and ACLs (pveum's).
+func (l *Lab) UserCfgPath() string { return l.path("pmxcfs", "user.cfg") }
+
 // made lists what Up creates in Dir, so Down removes exactly that.
 var made = []string{".labsim", "bin", "crds", "providers", "hosts", "vms", "laptop", "mirror", "pki", "faults", "mgmt.yaml", "secrets.yaml", "pmxcfs", "nodes",
 	"control.sock", "daemon.log", "daemon.pid", "state.json", BuildsFile, "ha.yaml"}

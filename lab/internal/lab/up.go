@@ -279,7 +279,7 @@ func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
 			// pmxcfs: every node sees the same /etc/pve.
 			Binds:      map[string]string{"/etc/pve": l.Pmxcfs()},
 			Dirs:       []string{"/var/lib/vz/template/iso", "/etc/pve/nodes/" + n.Name + "/qemu-server"},
-			Links:      map[string]string{"/usr/local/sbin/qm": host.SimBinary, "/usr/local/sbin/pvesh": host.SimBinary, "/usr/local/sbin/pveum": host.SimBinary},
+			Links:      map[string]string{"/usr/local/sbin/qm": host.SimBinary, "/usr/local/sbin/pvesh": host.SimBinary, "/usr/local/sbin/pveum": host.SimBinary, "/usr/local/sbin/pveversion": host.SimBinary},
 			HostKeyOut: l.HostDisk(n.Name) + "/ssh_host_ed25519_key.pub",
 			Role:       "pve",
 		})
@@ -364,6 +364,18 @@ func (l *Lab) writeConfig(imageSHA string) error {
 		// The node's side of the token (what `pveum user token add` made)
 		// and the user's copy of its secret.
 		if err := os.WriteFile(l.TokenPath(), []byte(TokenID+" "+uuid+"\n"), 0o600); err != nil {
+			return err
+		}
+		// Its user and ACL, as CAPMOX's quick start makes them (a user,
+		// a token without privilege separation) with PVEAdmin on /: a
+		// user who skips least privilege. `mgmtctl proxmox role` makes a
+		// least-privileged one (TestProxmoxRole).
+		if err := os.MkdirAll(l.Pmxcfs(), 0o755); err != nil {
+			return err
+		}
+		user, _, _ := strings.Cut(TokenID, "!")
+		userCfg := fmt.Sprintf("user:%s:1:0::::::\ntoken:%s:0:0::\n\n\n\n\nacl:1:/:%s:PVEAdmin:\n", user, TokenID, user)
+		if err := os.WriteFile(l.UserCfgPath(), []byte(userCfg), 0o640); err != nil {
 			return err
 		}
 		if err := os.WriteFile(l.SecretsPath(), []byte("proxmox:\n  tokenSecret: "+uuid+"\n"), 0o600); err != nil {

@@ -1,7 +1,9 @@
 // Package pveapi serves the part of the Proxmox VE API that CAPMOX's
-// credential check and mgmtctl's preflight touch: GET /api2/json/version,
-// on port 8006 over HTTPS, accepting only
-// "Authorization: PVEAPIToken=<tokenid>=<secret>" with the lab's token.
+// credential check and mgmtctl's preflight touch: GET /api2/json/version
+// and GET /api2/json/access/permissions, on port 8006 over HTTPS,
+// accepting only "Authorization: PVEAPIToken=<tokenid>=<secret>" with a
+// token of the cluster's; and the cluster's access control (users,
+// tokens, roles, ACLs: access.go, pveum.go).
 package pveapi
 
 import (
@@ -11,6 +13,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -19,10 +22,14 @@ type Server struct {
 	Addr     string // IP to listen on
 	CertFile string
 	KeyFile  string
-	// Tokens are the node's API tokens, read on every request, so a token
-	// added or removed with pveum takes effect at once.
-	Tokens TokenConfig
+	// Access is the cluster's access control, read on every request, so
+	// a change made with pveum takes effect at once.
+	Access Access
 }
+
+// Version is what the lab's nodes say they run (pve-manager's
+// pveversion).
+const Version = "9.2.11"
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -30,7 +37,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if !s.authorized(r) {
+	id, ok := s.authorized(r)
+	if !ok {
 		// pve-http-server answers an unauthenticated API call with 401 and
 		// this status line.
 		w.Header().Set("Content-Type", "application/json;charset=UTF-8")
@@ -42,8 +50,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/api2/json/version":
 		w.Header().Set("Content-Type", "application/json;charset=UTF-8")
 		_ = json.NewEncoder(w).Encode(map[string]any{"data": map[string]string{
-			"version": "9.2.11", "release": "9.2", "repoid": "14a22df3",
+			"version": Version, "release": Version[:strings.LastIndexByte(Version, '.')], "repoid": "14a22df3",
 		}})
+	case "/api2/json/access/permissions":
+		s.permissions(w, r, id)
 	default:
 		w.Header().Set("Content-Type", "application/json;charset=UTF-8")
 		w.WriteHeader(http.StatusNotImplemented)
@@ -51,24 +61,73 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) authorized(r *http.Request) bool {
+// authorized returns the token a request authenticates as.
+func (s *Server) authorized(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	v, ok := strings.CutPrefix(h, "PVEAPIToken=")
 	if !ok {
-		return false
+		return "", false
 	}
 	// The token ID contains '!' and '@' but no '='; the secret follows the
 	// first '='.
 	id, secret, ok := strings.Cut(v, "=")
 	if !ok {
-		return false
+		return "", false
 	}
-	tokens, err := s.Tokens.Read()
+	tokens, err := s.Access.Tokens.Read()
 	if err != nil {
-		return false
+		return "", false
 	}
 	want, ok := tokens[id]
-	return ok && subtle.ConstantTimeCompare([]byte(secret), []byte(want)) == 1
+	return id, ok && subtle.ConstantTimeCompare([]byte(secret), []byte(want)) == 1
+}
+
+// permissions is GET /access/permissions (pve-access-control
+// src/PVE/API2/AccessControl.pm, "permissions"): the caller's own
+// effective permissions (or an owned token's), on path, or on every path
+// with an ACL; "path" => {"privilege" => propagate (1/0)}. Another user's
+// need Sys.Audit on /access.
+func (s *Server) permissions(w http.ResponseWriter, r *http.Request, caller string) {
+	cfg, err := ReadUserConfig(s.Access.UserCfg)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	who := r.URL.Query().Get("userid")
+	if who == "" {
+		who = caller
+	}
+	owner, _, _ := strings.Cut(caller, "!")
+	if who != caller && who != owner && !strings.HasPrefix(who, owner+"!") {
+		if _, ok := cfg.Permissions(LabMajor, caller, "/access")["Sys.Audit"]; !ok {
+			writeError(w, http.StatusForbidden, "Permission check failed (/access, Sys.Audit)")
+			return
+		}
+	}
+	paths := []string{"/", "/nodes", "/access/groups", "/vms", "/storage", "/sdn", "/mapping"}
+	paths = append(paths, sortedKeys(cfg.ACL)...)
+	if p := r.URL.Query().Get("path"); p != "" {
+		paths = []string{p}
+	}
+	out := map[string]map[string]int{}
+	for _, p := range paths {
+		if privs := cfg.Permissions(LabMajor, who, p); len(privs) > 0 {
+			out[p] = map[string]int{}
+			for k, v := range privs {
+				out[p][k] = map[bool]int{true: 1, false: 0}[v]
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
+	_ = json.NewEncoder(w).Encode(map[string]any{"data": out})
+}
+
+// writeError answers as pve-http-server does: the status line carries
+// the message, the body {"data":null}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(`{"data":null,"message":` + strconv.Quote(msg+"\n") + `}`))
 }
 
 // Run serves on :8006 until ctx ends.

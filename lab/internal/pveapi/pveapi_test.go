@@ -3,6 +3,7 @@ package pveapi
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,7 +15,7 @@ import (
 func TestTokenCheck(t *testing.T) {
 	store := TokenConfig{Path: filepath.Join(t.TempDir(), "token.cfg")}
 	os.WriteFile(store.Path, []byte("capmox@pve!capi 5e9a1f7c-0000-4000-8000-123456789abc\nbad line\n"), 0o600)
-	s := &Server{Tokens: store}
+	s := &Server{Access: Access{Tokens: store, UserCfg: filepath.Join(t.TempDir(), "user.cfg")}}
 	tests := []struct {
 		name, auth string
 		code       int
@@ -54,7 +55,8 @@ func TestTokenCheck(t *testing.T) {
 // once; the API takes the new one and refuses the old.
 func TestTokenRotation(t *testing.T) {
 	store := TokenConfig{Path: filepath.Join(t.TempDir(), "token.cfg")}
-	s := &Server{Tokens: store}
+	acc := Access{Tokens: store, UserCfg: filepath.Join(t.TempDir(), "user.cfg")}
+	s := &Server{Access: acc}
 	call := func(id, secret string) int {
 		req := httptest.NewRequest("GET", "/api2/json/version", nil)
 		req.Header.Set("Authorization", "PVEAPIToken="+id+"="+secret)
@@ -64,8 +66,11 @@ func TestTokenRotation(t *testing.T) {
 	}
 	pveum := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		code := PVEUM(args, store, &out, &errb)
+		code := PVEUM(args, acc, &out, &errb)
 		return code, out.String(), errb.String()
+	}
+	if code, _, stderr := pveum("user", "add", "capmox@pve"); code != 0 {
+		t.Fatalf("user add: %q", stderr)
 	}
 	add := func() string {
 		code, out, stderr := pveum("user", "token", "add", "capmox@pve", "capi", "--privsep", "0", "--output-format", "json")
@@ -107,5 +112,95 @@ func TestTokenRotation(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(store.Path); string(b) != "capmox@pve!capi "+rotated+"\n" {
 		t.Errorf("token.cfg: %q", b)
+	}
+}
+
+// TestPermissions: roles and ACLs made with pveum give a token the
+// privileges PVE computes: a propagating ACL reaches the paths below it,
+// a non-propagating one only its own; a privilege-separated token holds
+// what both it and its user hold; /access/permissions answers the
+// caller's own, per path.
+func TestPermissions(t *testing.T) {
+	dir := t.TempDir()
+	acc := Access{Tokens: TokenConfig{Path: filepath.Join(dir, "token.cfg")}, UserCfg: filepath.Join(dir, "user.cfg")}
+	pveum := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := PVEUM(args, acc, &out, &errb); code != 0 {
+			t.Fatalf("pveum %v: %d %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	pveum("user", "add", "capmox@pve")
+	pveum("role", "add", "CAPMOX.Audit", "--privs", "Sys.Audit")
+	pveum("role", "add", "CAPMOX.VM", "--privs", "VM.Allocate,VM.Audit,VM.Clone")
+	var res struct{ Value string }
+	json.Unmarshal([]byte(pveum("user", "token", "add", "capmox@pve", "capi", "--output-format", "json")), &res)
+	for _, m := range []string{"--users", "--tokens"} {
+		pveum("acl", "modify", "/", "--roles", "CAPMOX.Audit", m, map[string]string{"--users": "capmox@pve", "--tokens": "capmox@pve!capi"}[m], "--propagate", "0")
+		pveum("acl", "modify", "/vms", "--roles", "CAPMOX.VM", m, map[string]string{"--users": "capmox@pve", "--tokens": "capmox@pve!capi"}[m])
+	}
+	// On /vms/200 the user's deeper ACL replaces its roles from /vms: the
+	// token, whose own reach /vms/200 from /vms, keeps only what the user
+	// has there (no VM.Allocate).
+	pveum("acl", "modify", "/vms/200", "--roles", "PVETemplateUser", "--users", "capmox@pve")
+	cfg, err := ReadUserConfig(acc.UserCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id, path, want string
+	}{
+		{"capmox@pve!capi", "/", "Sys.Audit=false"},
+		{"capmox@pve!capi", "/nodes", ""},
+		{"capmox@pve!capi", "/vms/110", "VM.Allocate=true VM.Audit=true VM.Clone=true"},
+		{"capmox@pve", "/vms/200", "VM.Audit=true VM.Clone=true"},
+		{"capmox@pve!capi", "/vms/200", "VM.Audit=true VM.Clone=true"},
+		{"root@pam", "/vms", "VM.Allocate=true"},
+	} {
+		privs := cfg.Permissions(9, tc.id, tc.path)
+		var got []string
+		for _, k := range sortedKeys(privs) {
+			got = append(got, fmt.Sprintf("%s=%v", k, privs[k]))
+		}
+		g := strings.Join(got, " ")
+		if tc.id == "root@pam" {
+			if !strings.Contains(g, tc.want) {
+				t.Errorf("root@pam on /vms: %s", g)
+			}
+			continue
+		}
+		if g != tc.want {
+			t.Errorf("%s on %s: %q, want %q", tc.id, tc.path, g, tc.want)
+		}
+	}
+	// The version's privileges: PVE 9 has no VM.Monitor.
+	var out, errb bytes.Buffer
+	if code := PVEUM([]string{"role", "add", "Old", "--privs", "VM.Monitor"}, acc, &out, &errb); code != 255 || !strings.Contains(errb.String(), "invalid privilege 'VM.Monitor'") {
+		t.Errorf("VM.Monitor on PVE 9: %d %q", code, errb.String())
+	}
+	if !BuiltinRoles(8)["PVEVMAdmin"]["VM.Monitor"] || BuiltinRoles(9)["PVEVMAdmin"]["VM.Monitor"] || !BuiltinRoles(9)["PVEVMAdmin"]["VM.GuestAgent.Unrestricted"] {
+		t.Error("PVEVMAdmin's privileges by version")
+	}
+	// The API: the token's own permissions on a path.
+	s := &Server{Access: acc}
+	req := httptest.NewRequest("GET", "/api2/json/access/permissions?path=/vms", nil)
+	req.Header.Set("Authorization", "PVEAPIToken=capmox@pve!capi="+res.Value)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != 200 || rec.Body.String() != `{"data":{"/vms":{"VM.Allocate":1,"VM.Audit":1,"VM.Clone":1}}}`+"\n" {
+		t.Errorf("GET /access/permissions: %d %s", rec.Code, rec.Body.String())
+	}
+	// Another user's need Sys.Audit on /access.
+	req = httptest.NewRequest("GET", "/api2/json/access/permissions?userid=root@pam", nil)
+	req.Header.Set("Authorization", "PVEAPIToken=capmox@pve!capi="+res.Value)
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != 403 {
+		t.Errorf("another user's permissions: %d %s", rec.Code, rec.Body.String())
+	}
+	b, _ := os.ReadFile(acc.UserCfg)
+	if !strings.Contains(string(b), "token:capmox@pve!capi:0:1::\n") || !strings.Contains(string(b), "acl:0:/:capmox@pve,capmox@pve!capi:CAPMOX.Audit:\n") {
+		t.Errorf("user.cfg:\n%s", b)
 	}
 }

@@ -63,14 +63,23 @@ var (
 	fullTokenID = regexp.MustCompile(`^[^\s:/@]+@[A-Za-z][A-Za-z0-9.\-_]+![A-Za-z][A-Za-z0-9.\-_]+$`)
 )
 
-// Users are the lab's user.cfg: the users a token may belong to.
-var Users = []string{"root@pam", "capmox@pve"}
+// Access is the cluster's access control as pveum and the API read it:
+// the tokens' secrets (priv/token.cfg) and user.cfg (users, tokens with
+// their privilege separation, roles, ACLs), both in /etc/pve.
+type Access struct {
+	Tokens  TokenConfig
+	UserCfg string
+}
 
-// PVEUM runs the lab's `pveum user token add|remove|delete|list` against
-// store, as pve-access-control's pveum does (src/PVE/CLI/pveum.pm,
-// src/PVE/API2/User.pm): add prints the new secret once, remove revokes
-// it at once. Other pveum commands are not simulated.
-func PVEUM(args []string, store TokenConfig, stdout, stderr io.Writer) int {
+// PVEUM runs the lab's pveum against the cluster's access control, as
+// pve-access-control's pveum does (src/PVE/CLI/pveum.pm over
+// src/PVE/API2/User.pm, Role.pm, ACL.pm): `user add|delete`, `user token
+// add|remove|delete|list` (add prints the new secret once; privsep 1
+// unless --privsep 0), `user permissions [ID] [--path P]`, `role
+// add|modify|delete` (--privs, --append), `acl modify|delete PATH --roles
+// R [--users U] [--tokens T] [--propagate 0|1]`. Other pveum commands are
+// not simulated.
+func PVEUM(args []string, acc Access, stdout, stderr io.Writer) int {
 	die := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, format+"\n", a...)
 		return 255
@@ -98,9 +107,29 @@ func PVEUM(args []string, store TokenConfig, stdout, stderr io.Writer) int {
 		}
 		pos = append(pos, a)
 	}
-	if len(pos) < 3 || pos[0] != "user" || pos[1] != "token" {
-		return die("the lab's pveum knows only: pveum user token add|remove|list <userid> [<tokenid>]")
+	cfg, err := ReadUserConfig(acc.UserCfg)
+	if err != nil {
+		return die("%v", err)
 	}
+	save := func() int {
+		if err := cfg.Write(acc.UserCfg); err != nil {
+			return die("%v", err)
+		}
+		return 0
+	}
+	if len(pos) >= 2 && pos[0] == "role" {
+		return pveumRole(pos[1], pos[2:], opts, cfg, save, die)
+	}
+	if len(pos) >= 2 && pos[0] == "acl" {
+		return pveumACL(pos[1], pos[2:], opts, cfg, save, die)
+	}
+	if len(pos) >= 2 && pos[0] == "user" && pos[1] != "token" {
+		return pveumUser(pos[1], pos[2:], opts, cfg, save, die, stdout, format)
+	}
+	if len(pos) < 3 || pos[0] != "user" || pos[1] != "token" {
+		return die("the lab's pveum knows only: pveum user add|delete|permissions, pveum user token add|remove|list, pveum role add|modify|delete, pveum acl modify|delete")
+	}
+	store := acc.Tokens
 	cmd, rest := pos[2], pos[3:]
 	if len(rest) == 0 {
 		return die("400 not enough arguments\npveum user token %s <userid> <tokenid> [OPTIONS]", cmd)
@@ -109,11 +138,7 @@ func PVEUM(args []string, store TokenConfig, stdout, stderr io.Writer) int {
 	if !userID.MatchString(user) {
 		return die("400 Parameter verification failed.\nuserid: value does not look like a valid user name")
 	}
-	known := false
-	for _, u := range Users {
-		known = known || u == user
-	}
-	if !known {
+	if user != "root@pam" && !cfg.Users[user] {
 		return die("no such user ('%s')", user)
 	}
 	tokens, err := store.Read()
@@ -124,7 +149,11 @@ func PVEUM(args []string, store TokenConfig, stdout, stderr io.Writer) int {
 		var list []map[string]any
 		for _, id := range sortedIDs(tokens) {
 			if sub, ok := strings.CutPrefix(id, user+"!"); ok {
-				list = append(list, map[string]any{"tokenid": sub, "privsep": 0})
+				privsep := 0
+				if cfg.Tokens[id] {
+					privsep = 1
+				}
+				list = append(list, map[string]any{"tokenid": sub, "privsep": privsep})
 			}
 		}
 		return print(stdout, format, list)
@@ -150,6 +179,11 @@ func PVEUM(args []string, store TokenConfig, stdout, stderr io.Writer) int {
 		if opts["privsep"] == "0" {
 			privsep = 0
 		}
+		cfg.Users[user] = true
+		cfg.Tokens[full] = privsep == 1
+		if code := save(); code != 0 {
+			return code
+		}
 		return print(stdout, format, map[string]any{"full-tokenid": full, "info": map[string]any{"privsep": privsep}, "value": tokens[full]})
 	case "remove", "delete":
 		if _, ok := tokens[full]; !ok {
@@ -159,7 +193,11 @@ func PVEUM(args []string, store TokenConfig, stdout, stderr io.Writer) int {
 		if err := store.write(tokens); err != nil {
 			return die("deleting token failed: %v", err)
 		}
-		return 0
+		delete(cfg.Tokens, full)
+		for _, members := range cfg.ACL {
+			delete(members, full)
+		}
+		return save()
 	}
 	return die("unknown command 'pveum user token %s'", cmd)
 }
@@ -206,4 +244,156 @@ func uuid() string {
 	b[8] = b[8]&0x3f | 0x80
 	s := hex.EncodeToString(b)
 	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+}
+
+var roleID = regexp.MustCompile(`^[A-Za-z0-9\.\-_]+$`)
+
+// privList parses --privs: privileges separated by commas, semicolons or
+// spaces (pve-priv-list), each one the version knows
+// (AccessControl::verify_privlist: "invalid privilege '%s'").
+func privList(v string, major int) (map[string]bool, error) {
+	privs := map[string]bool{}
+	for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ';' || r == ' ' }) {
+		if !ValidPriv(major, p) {
+			return nil, fmt.Errorf("invalid privilege '%s'", p)
+		}
+		privs[p] = true
+	}
+	return privs, nil
+}
+
+// LabMajor is the PVE major version the lab's nodes run.
+var LabMajor = Major(Version)
+
+func pveumRole(cmd string, rest []string, opts map[string]string, cfg *UserConfig, save func() int, die func(string, ...any) int) int {
+	if len(rest) != 1 {
+		return die("400 not enough arguments\npveum role %s <roleid> [OPTIONS]", cmd)
+	}
+	id := rest[0]
+	if !roleID.MatchString(id) {
+		return die("400 Parameter verification failed.\nroleid: invalid format")
+	}
+	if BuiltinRoles(LabMajor)[id] != nil {
+		return die("cannot modify special role '%s'", id)
+	}
+	privs, err := privList(opts["privs"], LabMajor)
+	if err != nil {
+		return die("400 Parameter verification failed.\nprivs: %v", err)
+	}
+	switch cmd {
+	case "add":
+		if cfg.Roles[id] != nil {
+			return die("create role failed: role '%s' already exists", id)
+		}
+		cfg.Roles[id] = privs
+	case "modify":
+		if cfg.Roles[id] == nil {
+			return die("update role failed: role '%s' does not exist", id)
+		}
+		if opts["append"] == "1" {
+			for p := range privs {
+				cfg.Roles[id][p] = true
+			}
+		} else {
+			cfg.Roles[id] = privs
+		}
+	case "delete":
+		if cfg.Roles[id] == nil {
+			return die("delete role failed: role '%s' does not exist", id)
+		}
+		delete(cfg.Roles, id)
+		for _, members := range cfg.ACL {
+			for _, roles := range members {
+				delete(roles, id)
+			}
+		}
+	default:
+		return die("unknown command 'pveum role %s'", cmd)
+	}
+	return save()
+}
+
+func pveumACL(cmd string, rest []string, opts map[string]string, cfg *UserConfig, save func() int, die func(string, ...any) int) int {
+	if len(rest) != 1 || opts["roles"] == "" {
+		return die("400 not enough arguments\npveum acl %s <path> --roles <string> [OPTIONS]", cmd)
+	}
+	path := rest[0]
+	if !strings.HasPrefix(path, "/") {
+		return die("400 Parameter verification failed.\npath: invalid ACL path '%s'", path)
+	}
+	var members []string
+	for _, k := range []string{"users", "tokens"} {
+		for _, m := range strings.Split(opts[k], ",") {
+			if m == "" {
+				continue
+			}
+			if k == "users" && !cfg.Users[m] {
+				return die("update failed: user '%s' does not exist", m)
+			}
+			if _, ok := cfg.Tokens[m]; k == "tokens" && !ok {
+				return die("update failed: token '%s' does not exist", m)
+			}
+			members = append(members, m)
+		}
+	}
+	if len(members) == 0 {
+		return die("400 Parameter verification failed.\nusers: either 'users', 'groups' or 'tokens' is required")
+	}
+	propagate := opts["propagate"] != "0"
+	for _, r := range strings.Split(opts["roles"], ",") {
+		if BuiltinRoles(LabMajor)[r] == nil && cfg.Roles[r] == nil {
+			return die("update failed: role '%s' does not exist", r)
+		}
+		for _, m := range members {
+			switch cmd {
+			case "modify":
+				cfg.grant(path, m, r, propagate)
+			case "delete":
+				delete(cfg.ACL[path][m], r)
+			default:
+				return die("unknown command 'pveum acl %s'", cmd)
+			}
+		}
+	}
+	return save()
+}
+
+func pveumUser(cmd string, rest []string, opts map[string]string, cfg *UserConfig, save func() int, die func(string, ...any) int, stdout io.Writer, format string) int {
+	switch cmd {
+	case "add", "delete":
+		if len(rest) != 1 || !userID.MatchString(rest[0]) {
+			return die("400 Parameter verification failed.\nuserid: value does not look like a valid user name")
+		}
+		u := rest[0]
+		if cmd == "add" {
+			if cfg.Users[u] {
+				return die("create user failed: user '%s' already exists", u)
+			}
+			cfg.Users[u] = true
+		} else {
+			delete(cfg.Users, u)
+		}
+		return save()
+	case "permissions":
+		id := "root@pam"
+		if len(rest) > 0 {
+			id = rest[0]
+		}
+		out := map[string]any{}
+		paths := sortedKeys(cfg.ACL)
+		if p := opts["path"]; p != "" {
+			paths = []string{p}
+		}
+		for _, p := range paths {
+			if privs := cfg.Permissions(LabMajor, id, p); len(privs) > 0 {
+				m := map[string]any{}
+				for k, v := range privs {
+					m[k] = map[bool]int{true: 1, false: 0}[v]
+				}
+				out[p] = m
+			}
+		}
+		return print(stdout, format, out)
+	}
+	return die("unknown command 'pveum user %s'", cmd)
 }

@@ -1,0 +1,242 @@
+// Package pveaccess knows Proxmox VE's privileges: what a token needs on
+// which path, the pveum commands that grant exactly that, and the check of
+// a token's effective permissions (GET /access/permissions) that names
+// what is missing before anything is changed.
+//
+// Privileges, by major version, are pve-access-control's
+// (src/PVE/AccessControl.pm, $privgroups and create_roles): PVE 9 dropped
+// VM.Monitor and added VM.GuestAgent.* and VM.Replicate (v9.0.x commits
+// "privileges: drop VM.Monitor", "add VM.GuestAgent privileges", "add
+// VM.Replicate privilege"); PVE 8 (v8.2.2) has VM.Monitor.
+package pveaccess
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/shell"
+)
+
+// Versions are the major versions mgmtctl knows the privileges of.
+var Versions = []int{8, 9}
+
+// vmAdmin is the built-in role PVEVMAdmin's privileges: the VM
+// category's admin, user and audit ones.
+func vmAdmin(major int) []string {
+	p := []string{"VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
+		"VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network",
+		"VM.Config.Options", "VM.Console", "VM.Migrate", "VM.PowerMgmt", "VM.Snapshot", "VM.Snapshot.Rollback"}
+	if major >= 9 {
+		p = append(p, "VM.GuestAgent.Audit", "VM.GuestAgent.FileRead", "VM.GuestAgent.FileSystemMgmt",
+			"VM.GuestAgent.FileWrite", "VM.GuestAgent.Unrestricted", "VM.Replicate")
+	} else {
+		p = append(p, "VM.Monitor")
+	}
+	sort.Strings(p)
+	return p
+}
+
+// Role is a custom role mgmtctl's commands create.
+type Role struct {
+	Name  string
+	Privs []string
+}
+
+// Grant is a role on a path.
+type Grant struct {
+	Path      string
+	Role      Role
+	Propagate bool
+}
+
+// CAPMOX is what CAPMOX's token needs, after CAPMOX's "Proxmox RBAC with
+// least privileges" (ionos-cloud/cluster-api-provider-proxmox
+// docs/advanced-setups.md): Sys.Audit on / and (propagated) /nodes; the
+// built-in PVEVMAdmin's privileges where its VMs and templates are (here
+// /vms: mgmtctl knows no pools), PVESDNUser's on the bridge's SDN path
+// (SDN.Use, which PVE 8 made necessary to use a bridge), and
+// PVEDatastoreAdmin's on the storage (cloud-init ISOs and disks), each as
+// a role of its own so that no path gets more than it needs.
+func CAPMOX(major int, storage, bridge string) []Grant {
+	audit := Role{"CAPMOX.Audit", []string{"Sys.Audit"}}
+	return []Grant{
+		{Path: "/", Role: audit},
+		{Path: "/nodes", Role: audit, Propagate: true},
+		{Path: "/vms", Role: Role{"CAPMOX.VM", vmAdmin(major)}, Propagate: true},
+		{Path: "/sdn/zones/localnetwork/" + bridge, Role: Role{"CAPMOX.SDN", []string{"SDN.Audit", "SDN.Use"}}, Propagate: true},
+		{Path: "/storage/" + storage, Role: Role{"CAPMOX.Storage", []string{"Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}}},
+	}
+}
+
+// Commands are the pveum commands (pve-access-control src/PVE/CLI/pveum.pm:
+// role add, user add, user token add, acl modify) that give tokenID, a
+// token with privilege separation, exactly grants: each role made once,
+// the user made (unless root@pam), and every ACL on both the user and the
+// token, since a privilege-separated token holds only what its user holds
+// too. Values are quoted by package shell.
+func Commands(grants []Grant, tokenID string) ([]string, error) {
+	user, token, ok := strings.Cut(tokenID, "!")
+	if !ok {
+		return nil, fmt.Errorf("token ID %q is not user@realm!name", tokenID)
+	}
+	var out []string
+	add := func(args ...string) error {
+		line, err := shell.Join(append([]string{"pveum"}, args...)...)
+		if err != nil {
+			return err
+		}
+		out = append(out, line)
+		return nil
+	}
+	made := map[string]bool{}
+	for _, g := range grants {
+		if made[g.Role.Name] {
+			continue
+		}
+		made[g.Role.Name] = true
+		if err := add("role", "add", g.Role.Name, "--privs", strings.Join(g.Role.Privs, ",")); err != nil {
+			return nil, err
+		}
+	}
+	if user != "root@pam" {
+		if err := add("user", "add", user); err != nil {
+			return nil, err
+		}
+	}
+	if err := add("user", "token", "add", user, token, "--privsep", "1"); err != nil {
+		return nil, err
+	}
+	for _, g := range grants {
+		args := []string{"acl", "modify", g.Path, "--roles", g.Role.Name}
+		if user != "root@pam" {
+			args = append(args, "--users", user)
+		}
+		args = append(args, "--tokens", tokenID)
+		if !g.Propagate {
+			args = append(args, "--propagate", "0")
+		}
+		if err := add(args...); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Missing is what a token lacks on one path.
+type Missing struct {
+	Path  string
+	Role  string
+	Privs []string
+}
+
+// Lacking compares grants with the token's effective permissions per
+// path (what GET /access/permissions?path=P answers: privilege →
+// propagate). A privilege a grant propagates must propagate.
+func Lacking(grants []Grant, have map[string]map[string]bool) []Missing {
+	var out []Missing
+	for _, g := range grants {
+		var miss []string
+		for _, p := range g.Role.Privs {
+			prop, ok := have[g.Path][p]
+			if !ok || (g.Propagate && !prop) {
+				miss = append(miss, p)
+			}
+		}
+		if len(miss) > 0 {
+			out = append(out, Missing{Path: g.Path, Role: g.Role.Name, Privs: miss})
+		}
+	}
+	return out
+}
+
+// MissingError is a token without the privileges it needs: each path
+// with the privileges missing there and the command that grants them.
+type MissingError struct {
+	TokenID string
+	Version string
+	For     string // what needs them ("CAPMOX")
+	Missing []Missing
+}
+
+func (e *MissingError) Error() string {
+	var b strings.Builder
+	user, _, _ := strings.Cut(e.TokenID, "!")
+	fmt.Fprintf(&b, "Proxmox API token %s lacks privileges %s needs (Proxmox VE %s); nothing was changed:", e.TokenID, e.For, e.Version)
+	for _, m := range e.Missing {
+		fmt.Fprintf(&b, "\n  on %s: %s", m.Path, strings.Join(m.Privs, ", "))
+		modify, _ := shell.Join("pveum", "role", "modify", m.Role, "--append", "1", "--privs", strings.Join(m.Privs, ","))
+		acl := []string{"pveum", "acl", "modify", m.Path, "--roles", m.Role, "--tokens", e.TokenID}
+		if user != "root@pam" {
+			acl = append(acl[:6], append([]string{"--users", user}, acl[6:]...)...)
+		}
+		grant, _ := shell.Join(acl...)
+		fmt.Fprintf(&b, "\n    grant: %s\n    (or, if the role is not on the path yet: %s)", modify, grant)
+	}
+	b.WriteString("\n`mgmtctl proxmox role` prints every command that makes the roles and grants them")
+	return b.String()
+}
+
+// Permissions reads the token's effective permissions on each path (GET
+// /api2/json/access/permissions?path=P, pve-access-control
+// src/PVE/API2/AccessControl.pm: every user and token may read its own):
+// path → privilege → propagates. The secret travels only in the
+// Authorization header.
+func Permissions(ctx context.Context, hc *http.Client, apiURL, tokenID, secret string, paths []string) (map[string]map[string]bool, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	out := map[string]map[string]bool{}
+	for _, p := range paths {
+		if _, done := out[p]; done {
+			continue
+		}
+		u := strings.TrimSuffix(apiURL, "/") + "/api2/json/access/permissions?path=" + url.QueryEscape(p)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "PVEAPIToken="+tokenID+"="+secret)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("read the token's permissions: %w", err)
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("read the token's permissions on %s: Proxmox API answered %s", p, resp.Status)
+		}
+		var v struct {
+			Data map[string]map[string]int `json:"data"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			return nil, fmt.Errorf("read the token's permissions on %s: %w", p, err)
+		}
+		out[p] = map[string]bool{}
+		for priv, prop := range v.Data[p] {
+			out[p][priv] = prop == 1
+		}
+	}
+	return out, nil
+}
+
+// Paths are the grants' paths, in order.
+func Paths(grants []Grant) []string {
+	var out []string
+	for _, g := range grants {
+		out = append(out, g.Path)
+	}
+	return out
+}
+
+// Major is a version's major number ("9.2.11" → 9), 0 if none.
+func Major(version string) int {
+	n, _ := strconv.Atoi(strings.SplitN(strings.TrimSpace(version), ".", 2)[0])
+	return n
+}

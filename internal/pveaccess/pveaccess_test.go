@@ -1,0 +1,94 @@
+package pveaccess
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestCommandsGolden: the pveum commands for CAPMOX's token, per major
+// version (PVE 8 has VM.Monitor, PVE 9 the guest agent's privileges).
+func TestCommandsGolden(t *testing.T) {
+	for _, tc := range []struct {
+		golden  string
+		major   int
+		tokenID string
+	}{
+		{"capmox-pve9.txt", 9, "capmox@pve!capi"},
+		{"capmox-pve8.txt", 8, "capmox@pve!capi"},
+		{"root-token-pve9.txt", 9, "root@pam!capi"},
+	} {
+		cmds, err := Commands(CAPMOX(tc.major, "local-lvm", "vmbr0"), tc.tokenID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(cmds, "\n") + "\n"
+		p := filepath.Join("testdata", tc.golden)
+		if *update {
+			os.WriteFile(p, []byte(got), 0o644)
+		}
+		want, _ := os.ReadFile(p)
+		if got != string(want) {
+			t.Errorf("%s: got\n%s\nwant\n%s", tc.golden, got, want)
+		}
+	}
+	if _, err := Commands(nil, "capmox@pve"); err == nil {
+		t.Error("a token ID without ! accepted")
+	}
+}
+
+// TestLacking: a privilege absent, or present without the propagation the
+// grant needs, is missing; more than needed is fine.
+func TestLacking(t *testing.T) {
+	grants := CAPMOX(9, "local-lvm", "vmbr0")
+	have := map[string]map[string]bool{}
+	for _, g := range grants {
+		have[g.Path] = map[string]bool{"Permissions.Modify": true}
+		for _, p := range g.Role.Privs {
+			have[g.Path][p] = g.Propagate
+		}
+	}
+	if m := Lacking(grants, have); len(m) != 0 {
+		t.Fatalf("all granted: %+v", m)
+	}
+	delete(have["/vms"], "VM.Clone")
+	have["/nodes"]["Sys.Audit"] = false
+	m := Lacking(grants, have)
+	if len(m) != 2 || m[0].Path != "/nodes" || m[1].Path != "/vms" || strings.Join(m[1].Privs, ",") != "VM.Clone" || m[1].Role != "CAPMOX.VM" {
+		t.Errorf("Lacking = %+v", m)
+	}
+	e := (&MissingError{TokenID: "capmox@pve!capi", Version: "9.2.11", For: "CAPMOX", Missing: m[1:]}).Error()
+	if !strings.Contains(e, "on /vms: VM.Clone\n    grant: pveum role modify CAPMOX.VM --append 1 --privs VM.Clone") ||
+		!strings.Contains(e, "pveum acl modify /vms --roles CAPMOX.VM --users capmox@pve --tokens 'capmox@pve!capi'") {
+		t.Errorf("MissingError:\n%s", e)
+	}
+}
+
+// TestPermissions reads /access/permissions per path with the token in
+// the Authorization header only.
+func TestPermissions(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "PVEAPIToken=capmox@pve!capi=s3cret" || strings.Contains(r.URL.String(), "s3cret") {
+			w.WriteHeader(401)
+			return
+		}
+		p := r.URL.Query().Get("path")
+		json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{p: map[string]int{"VM.Audit": 1, "Sys.Audit": 0}}})
+	}))
+	defer srv.Close()
+	got, err := Permissions(context.Background(), srv.Client(), srv.URL, "capmox@pve!capi", "s3cret", []string{"/vms", "/", "/vms"})
+	if err != nil || len(got) != 2 || !got["/vms"]["VM.Audit"] || got["/"]["Sys.Audit"] {
+		t.Errorf("Permissions = %v, %v", got, err)
+	}
+	if _, err := Permissions(context.Background(), srv.Client(), srv.URL, "capmox@pve!capi", "wrong", []string{"/"}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a refused token: %v", err)
+	}
+}

@@ -1,0 +1,300 @@
+package pveapi
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Permissions as Proxmox VE computes them, after proxmox/pve-access-control
+// (src/PVE/AccessControl.pm: $privgroups, create_roles, roles,
+// parse_user_config, write_user_config; src/PVE/RPCEnvironment.pm:
+// permissions, $compile_acl_path): privileges grouped into built-in roles
+// per major version (PVE 9, v9.1.1: VM.Monitor dropped, VM.GuestAgent.*
+// and VM.Replicate added; PVE 8, v8.2.2), custom roles and ACLs in
+// /etc/pve/user.cfg, the roles on a path taken from its deepest ACL entry
+// for the user or token (a propagating entry above it, or one on the path
+// itself), and a token with privilege separation holding only the
+// privileges both it and its user have. Not simulated: groups, pools,
+// realms other than pam and pve, expiry, NoAccess's special case beyond
+// it holding no privileges.
+
+// privGroups is $privgroups: per category, root, admin, user and audit
+// privileges, for the major version.
+func privGroups(major int) map[string][4][]string {
+	vmAdmin := []string{"VM.Config.Disk", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Network", "VM.Config.HWType",
+		"VM.Config.Options", "VM.Allocate", "VM.Clone", "VM.Migrate", "VM.Snapshot", "VM.Snapshot.Rollback"}
+	vmUser := []string{"VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Console", "VM.Backup", "VM.PowerMgmt"}
+	vmAudit := []string{"VM.Audit"}
+	if major >= 9 {
+		vmAdmin = append(vmAdmin, "VM.GuestAgent.Unrestricted", "VM.Replicate")
+		vmUser = append(vmUser, "VM.GuestAgent.FileRead", "VM.GuestAgent.FileSystemMgmt", "VM.GuestAgent.FileWrite")
+		vmAudit = append(vmAudit, "VM.GuestAgent.Audit")
+	} else {
+		vmAdmin = append(vmAdmin, "VM.Monitor")
+	}
+	return map[string][4][]string{
+		"VM":        {nil, vmAdmin, vmUser, vmAudit},
+		"Sys":       {{"Sys.PowerMgmt", "Sys.Modify", "Sys.Incoming", "Sys.AccessNetwork"}, {"Sys.Console", "Sys.Syslog"}, nil, {"Sys.Audit"}},
+		"Datastore": {nil, {"Datastore.Allocate", "Datastore.AllocateTemplate"}, {"Datastore.AllocateSpace"}, {"Datastore.Audit"}},
+		"SDN":       {nil, {"SDN.Allocate", "SDN.Audit"}, {"SDN.Use"}, {"SDN.Audit"}},
+		"User":      {{"Realm.Allocate"}, {"User.Modify", "Group.Allocate", "Realm.AllocateUser"}, nil, nil},
+		"Pool":      {nil, {"Pool.Allocate"}, {"Pool.Audit"}, {"Pool.Audit"}},
+		"Mapping":   {nil, {"Mapping.Modify"}, {"Mapping.Use"}, {"Mapping.Audit"}},
+	}
+}
+
+// BuiltinRoles is create_roles: Administrator (every privilege),
+// NoAccess, PVE<cat>Admin, PVE<cat>User, PVEAdmin, PVEAuditor and
+// PVETemplateUser.
+func BuiltinRoles(major int) map[string]map[string]bool {
+	valid := map[string]bool{"Permissions.Modify": true}
+	roles := map[string]map[string]bool{"NoAccess": {}, "Administrator": valid}
+	add := func(role, priv string) {
+		if roles[role] == nil {
+			roles[role] = map[string]bool{}
+		}
+		roles[role][priv] = true
+	}
+	for cat, g := range privGroups(major) {
+		root, admin, user, audit := g[0], g[1], g[2], g[3]
+		for _, l := range [][]string{root, admin, user, audit} {
+			for _, p := range l {
+				valid[p] = true
+			}
+		}
+		for _, l := range [][]string{admin, user, audit} {
+			for _, p := range l {
+				add("PVE"+cat+"Admin", p)
+				add("PVEAdmin", p)
+			}
+		}
+		if len(user) > 0 {
+			for _, l := range [][]string{user, audit} {
+				for _, p := range l {
+					add("PVE"+cat+"User", p)
+				}
+			}
+		}
+		for _, p := range audit {
+			add("PVEAuditor", p)
+		}
+	}
+	delete(roles["PVEAdmin"], "Mapping.Modify")
+	roles["PVETemplateUser"] = map[string]bool{"VM.Clone": true, "VM.Audit": true}
+	return roles
+}
+
+// ValidPriv says p is a privilege of the version.
+func ValidPriv(major int, p string) bool { return BuiltinRoles(major)["Administrator"][p] }
+
+// UserConfig is the cluster's /etc/pve/user.cfg, in its own format.
+type UserConfig struct {
+	Users  map[string]bool            // user IDs
+	Tokens map[string]bool            // full token ID → privsep
+	Roles  map[string]map[string]bool // custom roles → privileges
+	// ACL is path → member (user or token ID) → role → propagate.
+	ACL map[string]map[string]map[string]bool
+}
+
+// ReadUserConfig parses user.cfg; a missing file is an empty one.
+func ReadUserConfig(path string) (*UserConfig, error) {
+	c := &UserConfig{Users: map[string]bool{}, Tokens: map[string]bool{}, Roles: map[string]map[string]bool{}, ACL: map[string]map[string]map[string]bool{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		switch {
+		case len(f) >= 2 && f[0] == "user":
+			c.Users[f[1]] = true
+		case len(f) >= 4 && f[0] == "token":
+			c.Tokens[f[1]] = f[3] == "1"
+		case len(f) >= 3 && f[0] == "role":
+			privs := map[string]bool{}
+			for _, p := range strings.Split(f[2], ",") {
+				if p != "" {
+					privs[p] = true
+				}
+			}
+			c.Roles[f[1]] = privs
+		case len(f) >= 5 && f[0] == "acl":
+			for _, m := range strings.Split(f[3], ",") {
+				for _, r := range strings.Split(f[4], ",") {
+					if m != "" && r != "" {
+						c.grant(f[2], m, r, f[1] == "1")
+					}
+				}
+			}
+		}
+	}
+	return c, nil
+}
+
+func (c *UserConfig) grant(path, member, role string, propagate bool) {
+	if c.ACL[path] == nil {
+		c.ACL[path] = map[string]map[string]bool{}
+	}
+	if c.ACL[path][member] == nil {
+		c.ACL[path][member] = map[string]bool{}
+	}
+	c.ACL[path][member][role] = propagate
+}
+
+// Write saves user.cfg as write_user_config lays it out: users with their
+// tokens, roles, then ACL lines grouped by propagate flag and role list.
+func (c *UserConfig) Write(path string) error {
+	var b strings.Builder
+	for _, u := range sortedKeys(c.Users) {
+		fmt.Fprintf(&b, "user:%s:1:0::::::\n", u)
+		for _, t := range sortedKeys(c.Tokens) {
+			if strings.HasPrefix(t, u+"!") {
+				fmt.Fprintf(&b, "token:%s:0:%s::\n", t, map[bool]string{true: "1", false: "0"}[c.Tokens[t]])
+			}
+		}
+	}
+	b.WriteString("\n\n\n")
+	for _, r := range sortedKeys(c.Roles) {
+		fmt.Fprintf(&b, "role:%s:%s:\n", r, strings.Join(sortedKeys(c.Roles[r]), ","))
+	}
+	b.WriteString("\n")
+	for _, p := range sortedKeys(c.ACL) {
+		for _, prop := range []bool{false, true} {
+			byRoles := map[string][]string{}
+			for _, m := range sortedKeys(c.ACL[p]) {
+				var rs []string
+				for _, r := range sortedKeys(c.ACL[p][m]) {
+					if c.ACL[p][m][r] == prop {
+						rs = append(rs, r)
+					}
+				}
+				if len(rs) > 0 {
+					k := strings.Join(rs, ",")
+					byRoles[k] = append(byRoles[k], m)
+				}
+			}
+			for _, rl := range sortedKeys(byRoles) {
+				fmt.Fprintf(&b, "acl:%s:%s:%s:%s:\n", map[bool]string{true: "1", false: "0"}[prop], p, strings.Join(byRoles[rl], ","), rl)
+			}
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o640); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// roles is AccessControl::roles for a user or token on path: the roles of
+// the deepest ACL entry on the way down that applies (propagating, or on
+// the path itself), a token's entries before its user's; a token without
+// privilege separation has its user's.
+func (c *UserConfig) roles(id, path string) map[string]bool {
+	if id == "root@pam" {
+		return map[string]bool{"Administrator": true}
+	}
+	if user, _, isToken := strings.Cut(id, "!"); isToken {
+		privsep, ok := c.Tokens[id]
+		if !ok {
+			return nil
+		}
+		if !privsep {
+			return c.roles(user, path)
+		}
+	}
+	parts := []string{""}
+	if path != "/" {
+		parts = strings.Split(path, "/")
+	}
+	roles := map[string]bool{}
+	cur := ""
+	for i, p := range parts {
+		if p != "" {
+			cur += "/" + p
+		}
+		at := cur
+		if at == "" {
+			at = "/"
+		}
+		final := i == len(parts)-1
+		var found map[string]bool
+		for role, prop := range c.ACL[at][id] {
+			if final || prop {
+				if found == nil {
+					found = map[string]bool{}
+				}
+				found[role] = prop
+			}
+		}
+		if found != nil {
+			roles = found
+		}
+	}
+	if _, ok := roles["NoAccess"]; ok {
+		return map[string]bool{"NoAccess": roles["NoAccess"]}
+	}
+	return roles
+}
+
+// Permissions is RPCEnvironment::permissions: id's privileges on path,
+// each with whether it propagates; a privilege-separated token's are those
+// both it and its user hold.
+func (c *UserConfig) Permissions(major int, id, path string) map[string]bool {
+	builtin := BuiltinRoles(major)
+	if id == "root@pam" {
+		return copyPrivs(builtin["Administrator"], true)
+	}
+	privs := map[string]bool{}
+	for role, prop := range c.roles(id, path) {
+		set := builtin[role]
+		if set == nil {
+			set = c.Roles[role]
+		}
+		for p := range set {
+			if ValidPriv(major, p) {
+				privs[p] = privs[p] || prop
+			}
+		}
+	}
+	if user, _, isToken := strings.Cut(id, "!"); isToken && c.Tokens[id] && user != "root@pam" {
+		up := c.Permissions(major, user, path)
+		for p := range privs {
+			if _, ok := up[p]; !ok {
+				delete(privs, p)
+			} else {
+				privs[p] = privs[p] && up[p]
+			}
+		}
+	}
+	return privs
+}
+
+func copyPrivs(m map[string]bool, v bool) map[string]bool {
+	out := map[string]bool{}
+	for k := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Major is a version string's major number ("9.2.11" → 9).
+func Major(version string) int {
+	n, _ := strconv.Atoi(strings.SplitN(version, ".", 2)[0])
+	return n
+}
