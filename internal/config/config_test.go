@@ -210,6 +210,8 @@ func TestBadConfigs(t *testing.T) {
 		{"snapshot schedule not cron", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    schedule: every 6h", `:50: spec.backup.schedule: must be a cron schedule of five fields (minute hour day-of-month month day-of-week), like "0 */6 * * *": expected exactly 5 fields, found 2`},
 		{"snapshot schedule six fields", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    schedule: \"0 0 */6 * * *\"", `:50: spec.backup.schedule: must be a cron schedule of five fields (minute hour day-of-month month day-of-week), like "0 */6 * * *": expected exactly 5 fields, found 6`},
 		{"snapshot retention", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    retention: -1", `:50: spec.backup.retention: must be from 1 to 1000`},
+		{"proxmox fingerprint short", "    storage: local-lvm", "    storage: local-lvm\n    fingerprint: AB:CD", `:13: spec.proxmox.fingerprint: must be the certificate's SHA-256 as`},
+		{"proxmox CA not PEM", "    storage: local-lvm", "    storage: local-lvm\n    caFile: ~/.ssh/garbage.pub", `:13: spec.proxmox.caFile: holds no PEM certificate`},
 		{"s3 endpoint with scheme", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: https://s3.example.net\n      bucket: snaps", `:51: spec.backup.s3.endpoint: must be host or host:port, without https://`},
 		{"s3 bucket missing", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: s3.example.net", `:50: spec.backup.s3.bucket: is required`},
 		{"s3 bucket uppercase", "tokenTTL: 168h", "tokenTTL: 168h\n  backup:\n    s3:\n      endpoint: s3.example.net\n      bucket: My_Snaps", `:52: spec.backup.s3.bucket: must be an S3 bucket name`},

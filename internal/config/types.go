@@ -55,6 +55,15 @@ type Proxmox struct {
 	TokenID  string `yaml:"tokenID"`
 	Storage  string `yaml:"storage"`
 	ImageDir string `yaml:"imageDir"`
+	// CAFile is a PEM file on the laptop with the CA of the API's
+	// certificate (a node's /etc/pve/pve-root-ca.pem); Fingerprint pins
+	// the certificate itself instead, by its SHA-256 as `pvenode cert
+	// info` prints it. Neither: the laptop's trust store.
+	CAFile      string `yaml:"caFile"`
+	Fingerprint string `yaml:"fingerprint"`
+
+	// CA is CAFile's content, read by Load once the file is valid.
+	CA []byte `yaml:"-"`
 }
 
 // Image is the pinned cloud image the VM is created from.

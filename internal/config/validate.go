@@ -246,7 +246,26 @@ func (v *validator) proxmox(p *Proxmox, ha bool) {
 		v.add("spec.proxmox.storage", p.Storage, "must be a Proxmox storage ID (lowercase letters, digits, '-', '_', '.')")
 	}
 	v.remotePath("spec.proxmox.imageDir", p.ImageDir)
+	switch {
+	case p.CAFile != "" && p.Fingerprint != "":
+		v.add("spec.proxmox.fingerprint", p.Fingerprint, "give caFile or fingerprint, not both: one way to verify the API's certificate")
+	case p.Fingerprint != "" && !certFingerprint.MatchString(p.Fingerprint):
+		v.add("spec.proxmox.fingerprint", p.Fingerprint, "must be the certificate's SHA-256 as `pvenode cert info` prints it: 32 hex bytes joined by ':'")
+	case p.CAFile != "":
+		v.localPath("spec.proxmox.caFile", p.CAFile)
+		data, err := os.ReadFile(v.fs.Expand(p.CAFile))
+		if err != nil {
+			v.add("spec.proxmox.caFile", p.CAFile, "cannot read the CA: %v", unwrapPathError(err))
+		} else if !x509.NewCertPool().AppendCertsFromPEM(data) {
+			v.add("spec.proxmox.caFile", p.CAFile, "holds no PEM certificate")
+		} else {
+			p.CA = data
+		}
+	}
 }
+
+// certFingerprint is a SHA-256 fingerprint, colon-separated or not.
+var certFingerprint = regexp.MustCompile(`^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$|^[0-9A-Fa-f]{64}$`)
 
 func (v *validator) hostPort(p, val string) {
 	host := val

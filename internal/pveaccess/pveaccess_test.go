@@ -3,6 +3,8 @@ package pveaccess
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"flag"
 	"net/http"
 	"net/http/httptest"
@@ -90,5 +92,41 @@ func TestPermissions(t *testing.T) {
 	}
 	if _, err := Permissions(context.Background(), srv.Client(), srv.URL, "capmox@pve!capi", "wrong", []string{"/"}); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("a refused token: %v", err)
+	}
+}
+
+// TestHTTPClient: a pinned fingerprint accepts the one certificate whose
+// SHA-256 it is, and refuses another naming both; a CA verifies as usual;
+// neither leaves the trust store, which refuses a self-signed one.
+func TestHTTPClient(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	defer srv.Close()
+	fp := Fingerprint(srv.Certificate().Raw)
+	get := func(c *http.Client) error {
+		resp, err := c.Get(srv.URL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	for _, f := range []string{fp, strings.ToLower(strings.ReplaceAll(fp, ":", ""))} {
+		c, _ := HTTPClient(nil, f)
+		if err := get(c); err != nil {
+			t.Errorf("pinned %s: %v", f, err)
+		}
+	}
+	c, _ := HTTPClient(nil, strings.Repeat("AB:", 31)+"AB")
+	var fe *FingerprintError
+	if err := get(c); !errors.As(err, &fe) || fe.Got != fp {
+		t.Errorf("another fingerprint: %v", err)
+	}
+	der := srv.Certificate().Raw
+	c, _ = HTTPClient(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), "")
+	if err := get(c); err != nil {
+		t.Errorf("by CA: %v", err)
+	}
+	c, _ = HTTPClient(nil, "")
+	if err := get(c); err == nil {
+		t.Error("the trust store accepted a self-signed certificate")
 	}
 }

@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/pem"
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -73,5 +77,30 @@ func TestProxmoxRole(t *testing.T) {
 	}
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
 		t.Errorf("apply once granted: %s", got)
+	}
+
+	// The API's certificate pinned by its fingerprint, as a node's
+	// self-signed one is: another is refused, naming both; the node's
+	// passes, with no CA trusted.
+	pemCert, err := os.ReadFile(filepath.Join(e.Dir, "pki", "pve.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemCert)
+	sum := sha256.Sum256(block.Bytes)
+	var parts []string
+	for _, b := range sum {
+		parts = append(parts, fmt.Sprintf("%02X", b))
+	}
+	fp := strings.Join(parts, ":")
+	wrong := strings.Repeat("00:", 31) + "00"
+	e.editConfig("    storage: ", "    fingerprint: "+wrong+"\n    storage: ")
+	r = e.apply()
+	if r.Code == 0 || !strings.Contains(r.Stderr, "the Proxmox API's certificate has SHA-256 fingerprint "+fp+", not spec.proxmox.fingerprint "+wrong) {
+		t.Errorf("apply with another fingerprint pinned: exit %d\n%s", r.Code, r.Stderr)
+	}
+	e.editConfig(wrong, fp)
+	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
+		t.Errorf("apply with the node's fingerprint pinned: %s", got)
 	}
 }
