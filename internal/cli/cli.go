@@ -25,6 +25,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
 	"github.com/mgmtctl/mgmtctl/internal/localfile"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
+	"github.com/mgmtctl/mgmtctl/internal/preflight"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/session"
@@ -49,6 +50,9 @@ type Options struct {
 	Phases func(*session.Session) []step.Phase
 	// Destroy builds the destroy command's phase; nil means phase.Destroy.
 	Destroy func(*session.Session) step.Phase
+	// Preflight builds the checks before a run's first change; nil means
+	// phase.Preflight.
+	Preflight func(*session.Session, []step.Phase, *preflight.Released) []preflight.Check
 	// Exec is what carries out the plans of a run; nil means the
 	// session's (*session.Session).Executor.
 	Exec func(*session.Session) step.Executor
@@ -74,6 +78,9 @@ func Execute(ctx context.Context, args []string, o Options) int {
 	}
 	if o.Destroy == nil {
 		o.Destroy = phase.Destroy
+	}
+	if o.Preflight == nil {
+		o.Preflight = phase.Preflight
 	}
 	if o.Exec == nil {
 		o.Exec = (*session.Session).Executor
@@ -155,6 +162,7 @@ and kubeconfigs on this laptop. A second run changes nothing.`,
 		newRestore(g, o),
 		newDestroy(g, o),
 		newProxmox(g, o),
+		newPreflight(g, o),
 		newVersion(o),
 	)
 	return root
@@ -259,6 +267,7 @@ type applyFlags struct {
 	detailed       bool
 	acceptNew      bool
 	noSnapshot     bool
+	skipPreflight  []string
 	waitTimeout    time.Duration
 }
 
@@ -299,6 +308,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	cmd.Flags().BoolVar(&f.detailed, "detailed-exitcode", false, "exit 3 when changes were made or are pending")
 	cmd.Flags().BoolVar(&f.acceptNew, "accept-new-host-key", false, "learn the VM's SSH host key although this run did not create the VM")
 	cmd.Flags().BoolVar(&f.noSnapshot, "no-snapshot", false, "take no backup before a risky change (a k3s upgrade, a provider's version)")
+	cmd.Flags().StringSliceVar(&f.skipPreflight, "skip-preflight", nil, "skip these preflight checks (mgmtctl preflight names them; all: every one)")
 	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 0, "bound every wait (defaults: the VM answering SSH 5m, node Ready 5m, provider API 5m, a chart 10m, a provider 10m)")
 	if !plan {
 		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
@@ -350,6 +360,9 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 		return err
 	}
 	defer r.close()
+	if err := r.preflight(ctx, selected, f.skipPreflight, false); err != nil {
+		return err
+	}
 	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now, Lost: r.s.Lost, Exec: o.Exec(r.s)}, r.listeners(f.diff))
 	if err != nil {
 		if g.output == "json" {

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/mgmtctl/mgmtctl/internal/preflight"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/remote/sshtest"
 	"github.com/mgmtctl/mgmtctl/internal/session"
@@ -69,6 +70,10 @@ func (e *env) opts() Options {
 	o := Options{Out: &e.out, Err: &e.err, Getenv: func(k string) string { return e.vars[k] },
 		Home: e.home, CacheDir: filepath.Join(e.home, ".cache"), Hostname: "laptop", Pid: 42,
 		Version: "test", Phases: e.phases, Destroy: e.destroy, In: in}
+	if e.phases != nil {
+		// Fake phases fetch nothing and have no prerequisites to check.
+		o.Preflight = func(*session.Session, []step.Phase, *preflight.Released) []preflight.Check { return nil }
+	}
 	if e.exec != nil {
 		o.Exec = func(*session.Session) step.Executor { return e.exec }
 	}

@@ -26,8 +26,8 @@ var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess"}
 // a new package takes a place in the layering when it is written.
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
-	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess"},
-	"phase":       append(append([]string{"session", "config", "laptop", "backup"}, domain...), below...),
+	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess", "preflight"},
+	"phase":       append(append([]string{"session", "config", "laptop", "backup", "preflight"}, domain...), below...),
 	// The run's connections, host keys, the VM record and its way to the
 	// cluster: it knows the domain packages whose facts it keeps (the
 	// VM record wait-ssh reads, k3s's kubeconfig and etcd health).
@@ -52,6 +52,9 @@ var allowed = map[string][]string{
 	"config":      nil,
 	"kube":        nil,
 	"shell":       nil,
+	// The checks before a run's first change: a runner and the laptop's
+	// record of releases found; phase builds them.
+	"preflight": nil,
 	// Proxmox VE's privileges: what a token needs, pveum, the check.
 	"pveaccess":  {"shell"},
 	"redact":     nil,

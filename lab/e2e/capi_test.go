@@ -216,11 +216,16 @@ func TestFullRun(t *testing.T) {
 	e.editConfig("{type: ipam, name: in-cluster, version: v1.0.3}", "{type: ipam, name: in-cluster, version: v1.1.1}")
 	mustSucceed(t, e.apply("--tags", "capi"), "back to the pinned IPAM provider")
 
-	// A chart version the repository does not have: helm-controller
-	// retries the Job, so the chart step fails at its bound, with helm's
-	// message and the Job's Events.
+	// A chart version the repository does not have: the preflight refuses
+	// it before anything changes, naming it. Past the preflight (skipped),
+	// helm-controller retries the Job, so the chart step fails at its
+	// bound, with helm's message and the Job's Events.
 	e.editConfig("  kubeconfig:", "  certManager:\n    version: v1.99.0\n  kubeconfig:")
-	r = e.apply("--tags", "addons", "--diff", "--wait-timeout", "20s")
+	r = e.apply("--tags", "addons")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "preflight: nothing was changed:\n  chart-cert-manager: chart cert-manager v1.99.0 is not in https://charts.jetstack.io") || strings.Contains(r.Stdout, "changed:") {
+		t.Errorf("preflight of a chart version the repository lacks: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = e.apply("--tags", "addons", "--diff", "--wait-timeout", "20s", "--skip-preflight", "chart-cert-manager")
 	noSecret(t, r, secret, rotated)
 	if r.Code != 1 || !regexp.MustCompile(`failed: \[lab-mgmt\] addons/cert-manager-chart`).MatchString(r.Stdout) ||
 		!strings.Contains(r.Stderr, "cert-manager v1.99.0 not usable after 20s: its helm-install Job kept failing while helm-controller retried it") ||

@@ -1,0 +1,163 @@
+package phase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/mgmtctl/mgmtctl/internal/k3s"
+	"github.com/mgmtctl/mgmtctl/internal/preflight"
+	"github.com/mgmtctl/mgmtctl/internal/proxmox"
+	"github.com/mgmtctl/mgmtctl/internal/session"
+	"github.com/mgmtctl/mgmtctl/internal/step"
+)
+
+// k3sReleases is where the k3s installer downloads a release from
+// (install.sh: GITHUB_URL=https://github.com/k3s-io/k3s/releases, then
+// ${GITHUB_URL}/download/${VERSION_K3S}/sha256sum-amd64.txt first).
+const k3sReleases = "https://github.com/k3s-io/k3s/releases/download/"
+
+// Preflight is the checks apply makes before its first change, for the
+// phases it runs: every pin the selected phases fetch exists where it
+// will be fetched from, and the phases before the selected ones have done
+// their part. Each reads only.
+func Preflight(s *session.Session, selected []step.Phase, rel *preflight.Released) []preflight.Check {
+	c := &s.Config.Cluster
+	has := map[step.Tag]bool{}
+	for _, p := range selected {
+		has[p.Tag] = true
+	}
+	var checks []preflight.Check
+	exists := func(name, url, what string) preflight.Check {
+		return preflight.Check{Name: name, Run: func(ctx context.Context) (string, error) {
+			cached, err := rel.Exists(ctx, url)
+			var missing *preflight.MissingError
+			if errors.As(err, &missing) {
+				return "", fmt.Errorf("%s: %w", what, err)
+			}
+			if err != nil {
+				return "", err
+			}
+			if cached {
+				return url + " (found before)", nil
+			}
+			return url, nil
+		}}
+	}
+	if has[step.TagVM] {
+		checks = append(checks, exists("image", c.Spec.Image.URL, "spec.image.url is not there"))
+	}
+	if has[step.TagK3s] {
+		v := c.Spec.K3s.Version
+		checks = append(checks,
+			exists("k3s-release", k3sReleases+v+"/sha256sum-amd64.txt", fmt.Sprintf("spec.k3s.version %s is not a k3s release (https://github.com/k3s-io/k3s/releases lists them)", v)),
+			exists("k3s-installer", c.Spec.K3s.InstallScriptURL, "spec.k3s.installScriptURL is not there"))
+	}
+	if has[step.TagAddons] {
+		for _, ch := range []struct{ name, chart, repo, version string }{
+			{"chart-cert-manager", "cert-manager", c.Spec.CertManager.Repo, c.Spec.CertManager.Version},
+			{"chart-cluster-api-operator", "cluster-api-operator", c.Spec.ClusterAPIOperator.Repo, c.Spec.ClusterAPIOperator.Version},
+		} {
+			checks = append(checks, preflight.Check{Name: ch.name, Run: func(ctx context.Context) (string, error) {
+				return chartReleased(ctx, rel, ch.repo, ch.chart, ch.version)
+			}})
+		}
+	}
+	after := has[step.TagAddons] || has[step.TagCAPI] || has[step.TagKubeconfig] || has[step.TagInspector]
+	if (!has[step.TagVM] && (has[step.TagK3s] || after)) || (!has[step.TagK3s] && after) {
+		checks = append(checks, preflight.Check{Name: "prerequisites", Run: func(ctx context.Context) (string, error) {
+			return prerequisites(ctx, s, has[step.TagVM], has[step.TagK3s])
+		}})
+	}
+	return checks
+}
+
+// prerequisites says whether each server's VM exists (when the vm phase
+// is not run) and runs k3s (when the k3s phase is not run either).
+func prerequisites(ctx context.Context, s *session.Session, vm, k3sToo bool) (string, error) {
+	var ok []string
+	for i, srv := range s.Config.Servers() {
+		if !vm {
+			h, err := s.Host(ctx, s.ProxmoxTarget(srv))
+			if err != nil {
+				return "", err
+			}
+			n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv), Host: h}
+			if err := n.Gather(ctx); err != nil {
+				return "", err
+			}
+			if !n.Facts.VMExists {
+				return "", fmt.Errorf("VM %d (%s) does not exist yet on %s: run `mgmtctl apply` (or `--tags vm,k3s`) first", srv.ID, srv.Name, srv.Node)
+			}
+			if !n.Facts.Running {
+				return "", fmt.Errorf("VM %d (%s) on %s is stopped: run `mgmtctl apply` (or `--tags vm`) first, which starts it", srv.ID, srv.Name, srv.Node)
+			}
+			ok = append(ok, fmt.Sprintf("VM %d runs", srv.ID))
+		}
+		if !k3sToo {
+			h, err := s.DialVM(ctx, srv, false, nil)
+			if err != nil {
+				return "", fmt.Errorf("VM %d (%s) does not answer SSH: run `mgmtctl apply` (or `--tags vm,k3s`) first: %w", srv.ID, srv.Name, err)
+			}
+			v := &k3s.VM{Spec: k3sSpec(s.Config, i), Host: h}
+			if err := v.Gather(ctx); err != nil {
+				return "", err
+			}
+			if v.Installed == "" {
+				return "", fmt.Errorf("k3s is not installed on %s yet: run `mgmtctl apply` (or `--tags vm,k3s`) first", srv.Name)
+			}
+			ok = append(ok, fmt.Sprintf("k3s %s on %s", v.Installed, srv.Name))
+		}
+	}
+	return strings.Join(ok, ", "), nil
+}
+
+// chartReleased says the chart repository lists the pinned version (its
+// index.yaml, as `helm repo add` reads it); a version found once is
+// remembered.
+func chartReleased(ctx context.Context, rel *preflight.Released, repo, chart, version string) (string, error) {
+	index := strings.TrimSuffix(repo, "/") + "/index.yaml"
+	key := index + "#" + chart + "@" + version
+	if rel.Known(key) {
+		return chart + " " + version + " in " + repo + " (found before)", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, index, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := rel.Client().Do(req)
+	if err != nil {
+		return "", &preflight.SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", index, err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s is not a chart repository: %s answers %s", repo, index, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return "", err
+	}
+	var idx struct {
+		Entries map[string][]struct {
+			Version string `json:"version"`
+		} `json:"entries"`
+	}
+	if err := yaml.Unmarshal(b, &idx); err != nil {
+		return "", fmt.Errorf("read %s: %w", index, err)
+	}
+	for _, e := range idx.Entries[chart] {
+		if e.Version == version {
+			rel.Remember(key)
+			return chart + " " + version + " in " + repo, nil
+		}
+	}
+	return "", fmt.Errorf("chart %s %s is not in %s (%d versions of it there)", chart, version, repo, len(idx.Entries[chart]))
+}
