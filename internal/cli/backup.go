@@ -148,7 +148,7 @@ func listBackups(ctx context.Context, g *global, o *Options, dir string) error {
 
 // s3Snapshots lists the bucket's snapshots as k3s on the first server
 // lists them (k3s etcd-snapshot ls, with k3s's environment file for the
-// keys): the laptop holds no S3 keys' use of its own.
+// keys): the laptop itself never speaks to S3, so it needs no S3 client.
 func s3Snapshots(ctx context.Context, r *run) ([]backup.Snapshot, error) {
 	srv := r.l.Servers()[0]
 	h, err := r.s.DialVM(ctx, srv, false, nil)

@@ -87,16 +87,19 @@ func TestApplyRunsThePlan(t *testing.T) {
 }
 
 // TestInstallNeverDowngrades: a newer k3s than pinned is refused, an older
-// one upgraded, the pinned one left alone; release numbers compare as
-// numbers (v1.35.10 is newer than v1.35.9).
+// one upgraded (a minor at a time: one that skips a minor is refused), the
+// pinned one left alone; release numbers compare as numbers (v1.35.10 is
+// newer than v1.35.9).
 func TestInstallNeverDowngrades(t *testing.T) {
 	pin := config.K3sRelease{Major: 1, Minor: 35, Patch: 10, Build: 1}
 	for _, tc := range []struct {
 		installed, want string
 	}{
-		{"v1.36.3+k3s1", "error: k3s v1.36.3+k3s1 is installed, newer than the pinned v1.35.10+k3s1; k3s cannot be downgraded: set spec.k3s.version to v1.36.3+k3s1 or newer"},
-		{"v1.35.10+k3s2", "error: k3s v1.35.10+k3s2 is installed, newer than the pinned v1.35.10+k3s1; k3s cannot be downgraded: set spec.k3s.version to v1.35.10+k3s2 or newer"},
+		{"v1.36.3+k3s1", "error: k3s v1.36.3+k3s1 is installed on lab-mgmt, newer than the pinned v1.35.10+k3s1; k3s cannot be downgraded: set spec.k3s.version to v1.36.3+k3s1 or newer"},
+		{"v1.35.10+k3s2", "error: k3s v1.35.10+k3s2 is installed on lab-mgmt, newer than the pinned v1.35.10+k3s1; k3s cannot be downgraded: set spec.k3s.version to v1.35.10+k3s2 or newer"},
 		{"v1.35.9+k3s1", "upgrade k3s from v1.35.9+k3s1 to v1.35.10+k3s1"},
+		{"v1.34.10+k3s1", "upgrade k3s from v1.34.10+k3s1 to v1.35.10+k3s1"},
+		{"v1.33.5+k3s1", "error: k3s v1.33.5+k3s1 is installed on lab-mgmt; the pinned v1.35.10+k3s1 skips v1.34: k3s, as Kubernetes, upgrades one minor version at a time: pin the newest v1.34 release, apply, then v1.35.10+k3s1"},
 		{"v1.35.10+k3s1", "k3s v1.35.10+k3s1 installed"},
 		{"", "install k3s v1.35.10+k3s1"},
 	} {

@@ -28,10 +28,8 @@ func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 	k := s.V.Spec
 	want := k.Version.String()
 	run := []effect.Effect{s.V.run(remote.Script("install k3s "+want+" with "+k.InstallScriptURL, installScript, k.InstallScriptURL, want).AsRoot())}
-	// k3s does not downgrade (its maintainers refuse to: k3s-io/k3s#7537):
-	// a newer release installed than pinned is an error, not a plan.
-	if got, err := config.ParseK3sRelease(s.V.Installed); err == nil && got.Compare(k.Version) > 0 {
-		return step.Plan{}, fmt.Errorf("k3s %s is installed, newer than the pinned %s; k3s cannot be downgraded: set spec.k3s.version to %s or newer", got, want, got)
+	if err := CheckUpgrade(s.V.Name(), s.V.Installed, k.Version); err != nil {
+		return step.Plan{}, err
 	}
 	switch s.V.Installed {
 	case want:
@@ -81,6 +79,27 @@ func (s *Install) Finish(ctx context.Context, out []remote.Result, err error) er
 	}
 	if s.V.Installed != want {
 		return fmt.Errorf("install k3s %s: k3s --version says %q afterwards", want, s.V.Installed)
+	}
+	return nil
+}
+
+// CheckUpgrade refuses what k3s cannot do from the installed release to
+// the pinned one: a downgrade (k3s's maintainers refuse to support one:
+// k3s-io/k3s#7537), and an upgrade that skips a minor version (k3s, as
+// Kubernetes, upgrades one minor at a time: docs.k3s.io "Upgrades", and
+// Kubernetes' version skew policy, which supports kube-apiserver one minor
+// apart). Nothing installed, or a version it cannot read, is no refusal.
+func CheckUpgrade(server, installed string, pinned config.K3sRelease) error {
+	got, err := config.ParseK3sRelease(installed)
+	if err != nil {
+		return nil
+	}
+	switch {
+	case got.Compare(pinned) > 0:
+		return fmt.Errorf("k3s %s is installed on %s, newer than the pinned %s; k3s cannot be downgraded: set spec.k3s.version to %s or newer", got, server, pinned, got)
+	case got.Major == pinned.Major && pinned.Minor > got.Minor+1:
+		return fmt.Errorf("k3s %s is installed on %s; the pinned %s skips v%d.%d: k3s, as Kubernetes, upgrades one minor version at a time: pin the newest v%d.%d release, apply, then %s",
+			got, server, pinned, got.Major, got.Minor+1, got.Major, got.Minor+1, pinned)
 	}
 	return nil
 }

@@ -215,6 +215,12 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 // refuses takes no snapshot, and the run stops here, on the gate's error,
 // before anything changes.
 func k3sUpgrade(ctx context.Context, vms []*k3s.VM) (string, error) {
+	// An upgrade k3s cannot make is refused before its backup.
+	for _, v := range vms {
+		if err := k3s.CheckUpgrade(v.Name(), v.Installed, v.Spec.Version); err != nil {
+			return "", err
+		}
+	}
 	for _, v := range vms {
 		got, err := config.ParseK3sRelease(v.Installed)
 		if err != nil || got.Compare(v.Spec.Version) >= 0 {

@@ -8,7 +8,9 @@ import (
 // TestPreflight: on a fresh lab, what apply would fail at half-way is
 // refused before its first change, the lab's Proxmox byte-identical: a
 // phase asked for before the VM it needs exists, and a k3s pin that is
-// not released. `mgmtctl preflight` names each check.
+// not released. `mgmtctl preflight` names each check. Then, with k3s
+// v1.34 installed, a pin of v1.36 (a minor skipped) is refused before
+// the backup a k3s upgrade takes.
 func TestPreflight(t *testing.T) {
 	t.Parallel()
 	e := start(t)
@@ -35,5 +37,16 @@ func TestPreflight(t *testing.T) {
 	}
 	if r.Code != 1 {
 		t.Errorf("preflight with a failed check: exit %d", r.Code)
+	}
+
+	// A k3s bump that skips a minor is refused before its backup, with
+	// nothing changed.
+	e.editConfig("v1.35.99+k3s1", "v1.34.10+k3s1")
+	mustSucceed(t, e.apply("--tags", "vm,k3s"), "k3s v1.34")
+	e.editConfig("v1.34.10+k3s1", "v1.36.3+k3s1")
+	r = e.apply("--tags", "vm,k3s")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "k3s v1.34.10+k3s1 is installed on lab-mgmt; the pinned v1.36.3+k3s1 skips v1.35: k3s, as Kubernetes, upgrades one minor version at a time") ||
+		strings.Contains(r.Stdout, "changed:") || !strings.Contains(recap(t, r), "changed=0 ") {
+		t.Errorf("a k3s bump skipping a minor: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 }
