@@ -531,3 +531,48 @@ func TestBackupList(t *testing.T) {
 		t.Errorf("no backups: exit %d\n%s", code, e.out.String())
 	}
 }
+
+// TestRestoreFromS3Refused: a restore from S3 is refused before any
+// connection when the name cannot be a snapshot's (usage, exit 2) or the
+// config has no bucket (config, exit 2, naming the field).
+func TestRestoreFromS3Refused(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.writeConfig("192.0.2.10", nil)
+	if code := e.run("restore", "--from", "s3:../etc/passwd", "--yes", "-c", cfg); code != ExitUsage || !strings.Contains(e.err.String(), "a snapshot name is letters, digits and ._-") {
+		t.Errorf("a name that is a path: exit %d\n%s", code, e.err.String())
+	}
+	if code := e.run("restore", "--from", "s3:etcd-snapshot-lab-mgmt-1764752400", "--yes", "-c", cfg); code != ExitUsage || !strings.Contains(e.err.String(), "spec.backup.s3: is not set: restore --from s3:etcd-snapshot-lab-mgmt-1764752400 needs the bucket") {
+		t.Errorf("no bucket configured: exit %d\n%s", code, e.err.String())
+	}
+	if _, err := os.Stat(filepath.Join(e.home, ".cache", "mgmtctl", "runs")); err == nil {
+		t.Error("a refused restore opened a debug log")
+	}
+}
+
+// TestProxmoxRoleCommand: with --pve-version, proxmox role connects
+// nowhere and prints CAPMOX's commands for the config's token, storage
+// and bridge; a version mgmtctl does not know is a usage error.
+func TestProxmoxRoleCommand(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.writeConfig("192.0.2.10", nil)
+	if code := e.run("proxmox", "role", "--pve-version", "7", "-c", cfg); code != ExitUsage || !strings.Contains(e.err.String(), "--pve-version must be 8 or 9, got 7") {
+		t.Errorf("PVE 7: exit %d\n%s", code, e.err.String())
+	}
+	if code := e.run("proxmox", "role", "--pve-version", "8", "-c", cfg); code != 0 || !strings.Contains(e.out.String(), "pveum role add CAPMOX.VM --privs VM.Allocate,") ||
+		!strings.Contains(e.out.String(), "VM.Monitor") || !strings.Contains(e.out.String(), "pveum acl modify /vms --roles CAPMOX.VM --users capmox@pve --tokens 'capmox@pve!capi'") {
+		t.Errorf("PVE 8: exit %d\n%s%s", code, e.out.String(), e.err.String())
+	}
+	if code := e.run("proxmox", "role", "--pve-version", "9", "-o", "json", "-c", cfg); code != 0 {
+		t.Fatalf("json: exit %d\n%s", code, e.err.String())
+	}
+	var got struct {
+		PVEVersion int `json:"pveVersion"`
+		Grants     []struct {
+			Path string `json:"path"`
+		} `json:"grants"`
+		Commands []string `json:"commands"`
+	}
+	if err := json.Unmarshal(e.out.Bytes(), &got); err != nil || got.PVEVersion != 9 || len(got.Grants) != 5 || got.Grants[2].Path != "/vms" || len(got.Commands) != 11 {
+		t.Errorf("json %+v, %v:\n%s", got, err, e.out.String())
+	}
+}
