@@ -69,6 +69,17 @@ func Preflight(s *session.Session, selected []step.Phase, rel *preflight.Release
 			}})
 		}
 	}
+	if has[step.TagCAPI] {
+		for i, p := range c.Spec.Providers {
+			known, ok := providerReleases[string(p.Type)+"/"+p.Name]
+			if !ok {
+				continue // not in clusterctl's registry: where it comes from is the operator's business
+			}
+			url := "https://github.com/" + known.repo + "/releases/download/" + p.Version + "/" + known.components
+			checks = append(checks, exists("provider-"+strings.ToLower(string(p.Type)), url,
+				fmt.Sprintf("spec.providers[%d] %s %s %s is not released", i, p.Type, p.Name, p.Version)))
+		}
+	}
 	after := has[step.TagAddons] || has[step.TagCAPI] || has[step.TagKubeconfig] || has[step.TagInspector]
 	if (!has[step.TagVM] && (has[step.TagK3s] || after)) || (!has[step.TagK3s] && after) {
 		checks = append(checks, preflight.Check{Name: "prerequisites", Run: func(ctx context.Context) (string, error) {
@@ -160,4 +171,16 @@ func chartReleased(ctx context.Context, rel *preflight.Released, repo, chart, ve
 		}
 	}
 	return "", fmt.Errorf("chart %s %s is not in %s (%d versions of it there)", chart, version, repo, len(idx.Entries[chart]))
+}
+
+// providerReleases are where clusterctl's provider registry fetches each
+// provider mgmtctl installs (cluster-api v1.12
+// cmd/clusterctl/client/config/providers_client.go: a GitHub release's
+// components file), and so where the operator fetches them.
+var providerReleases = map[string]struct{ repo, components string }{
+	"core/cluster-api":       {"kubernetes-sigs/cluster-api", "core-components.yaml"},
+	"bootstrap/kubeadm":      {"kubernetes-sigs/cluster-api", "bootstrap-components.yaml"},
+	"controlPlane/kubeadm":   {"kubernetes-sigs/cluster-api", "control-plane-components.yaml"},
+	"infrastructure/proxmox": {"ionos-cloud/cluster-api-provider-proxmox", "infrastructure-components.yaml"},
+	"ipam/in-cluster":        {"kubernetes-sigs/cluster-api-ipam-provider-in-cluster", "ipam-components.yaml"},
 }

@@ -195,10 +195,15 @@ func TestFullRun(t *testing.T) {
 		t.Errorf("core back at v1.12.10: %q", got)
 	}
 
-	// A version the provider never released: the operator's condition,
+	// A version the provider never released: the preflight refuses it,
+	// naming it; past the preflight (skipped), the operator's condition,
 	// reason and message, are what the step reports.
 	e.editConfig("version: v0.9.1}", "version: v0.9.99}")
-	r = e.apply("--tags", "capi", "--wait-timeout", "30s")
+	r = e.apply("--tags", "capi")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "provider-infrastructure: spec.providers[3] infrastructure proxmox v0.9.99 is not released: https://github.com/ionos-cloud/cluster-api-provider-proxmox/releases/download/v0.9.99/infrastructure-components.yaml answers 404") || strings.Contains(r.Stdout, "changed:") {
+		t.Errorf("preflight of an unreleased provider version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = e.apply("--tags", "capi", "--wait-timeout", "30s", "--skip-preflight", "provider-infrastructure")
 	if r.Code != 1 || !strings.Contains(r.Stderr, "ProviderInstalled=False ComponentsFetchError: ") || !strings.Contains(r.Stderr, "release not found for version v0.9.99") ||
 		!strings.Contains(r.Stdout, "InfrastructureProvider capmox-system/proxmox: ProviderInstalled=False (ComponentsFetchError: ") {
 		t.Errorf("unreleased version: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
