@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -293,6 +294,15 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 	verb, units := words[0], words[1:]
 	if verb == "daemon-reload" {
 		return 0
+	}
+	switch verb {
+	case "start", "restart", "stop", "enable":
+		// A job goes on when the client that asked for it goes: systemd
+		// runs it, not systemctl. Here the client does the job, so it
+		// outlives a hang-up (an SSH session cut while it waits for
+		// READY=1) and the unit still ends active or failed, never a
+		// process that no unit state knows.
+		signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
 	}
 	code := 0
 	for _, raw := range units {
