@@ -90,11 +90,10 @@ func (s *Token) Check(ctx context.Context) (step.Plan, error) {
 	if s.Needs == nil {
 		return step.Plan{Note: note}, nil
 	}
-	major := pveaccess.Major(v)
-	if major < pveaccess.Versions[0] {
+	major, ok := pveaccess.Known(pveaccess.Major(v))
+	if !ok {
 		return step.Plan{Note: note, Warnings: []string{fmt.Sprintf("the token's privileges are not checked on Proxmox VE %s: mgmtctl knows those of PVE %d and %d", v, pveaccess.Versions[0], pveaccess.Versions[len(pveaccess.Versions)-1])}}, nil
 	}
-	major = min(major, pveaccess.Versions[len(pveaccess.Versions)-1])
 	grants := s.Needs(major)
 	have, err := pveaccess.Permissions(ctx, s.HTTP, s.C.ProxmoxURL, s.C.TokenID, s.C.TokenSecret, pveaccess.Paths(grants))
 	if err != nil {

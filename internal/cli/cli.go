@@ -168,6 +168,15 @@ and kubeconfigs on this laptop. A second run changes nothing.`,
 	return root
 }
 
+// phaseTags is the phases' tags as --tags takes them: "vm,k3s,…".
+func phaseTags() string {
+	tags := make([]string, len(step.Tags))
+	for i, t := range step.Tags {
+		tags[i] = string(t)
+	}
+	return strings.Join(tags, ",")
+}
+
 func (g *global) validateOutput() error {
 	if g.output != "text" && g.output != "json" {
 		return usageError{fmt.Errorf("--output must be text or json (got %q)", g.output)}
@@ -299,11 +308,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	if plan {
 		cmd.Use, cmd.Short = "plan", "Show what apply would change (apply --check --diff)"
 	}
-	tags := make([]string, len(step.Tags))
-	for i, t := range step.Tags {
-		tags[i] = string(t)
-	}
-	cmd.Flags().StringSliceVar(&f.tags, "tags", nil, "run only these phases ("+strings.Join(tags, ",")+")")
+	cmd.Flags().StringSliceVar(&f.tags, "tags", nil, "run only these phases ("+phaseTags()+")")
 	cmd.Flags().StringSliceVar(&f.skipTags, "skip-tags", nil, "skip these phases")
 	cmd.Flags().BoolVar(&f.detailed, "detailed-exitcode", false, "exit 3 when changes were made or are pending")
 	cmd.Flags().BoolVar(&f.acceptNew, "accept-new-host-key", false, "learn the VM's SSH host key although this run did not create the VM")

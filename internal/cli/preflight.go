@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,11 +101,7 @@ func newPreflight(g *global, o *Options) *cobra.Command {
 			return r.preflight(cmd.Context(), selected, nil, true)
 		},
 	}
-	names := make([]string, len(step.Tags))
-	for i, t := range step.Tags {
-		names[i] = string(t)
-	}
-	cmd.Flags().StringSliceVar(&tags, "tags", nil, "check for only these phases ("+strings.Join(names, ",")+")")
+	cmd.Flags().StringSliceVar(&tags, "tags", nil, "check for only these phases ("+phaseTags()+")")
 	cmd.Flags().StringSliceVar(&skipTags, "skip-tags", nil, "check for all phases but these")
 	return cmd
 }

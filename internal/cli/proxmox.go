@@ -59,10 +59,11 @@ func newProxmoxRole(g *global, o *Options) *cobra.Command {
 					return r.fail(fmt.Errorf("pveversion on %s (or pass --pve-version): %w", srv.Node, err))
 				}
 				running = parsePVEVersion(string(res.Stdout))
-				if version = pveaccess.Major(running); version < pveaccess.Versions[0] {
+				known, ok := pveaccess.Known(pveaccess.Major(running))
+				if !ok {
 					return r.fail(fmt.Errorf("%s runs Proxmox VE %q: mgmtctl knows the privileges of PVE 8 and 9", srv.Node, running))
 				}
-				version = min(version, pveaccess.Versions[len(pveaccess.Versions)-1])
+				version = known
 			}
 			spec := r.l.Cluster.Spec
 			grants := pveaccess.CAPMOX(version, spec.Proxmox.Storage, spec.VM.Bridge)

@@ -27,6 +27,17 @@ import (
 // Versions are the major versions mgmtctl knows the privileges of.
 var Versions = []int{8, 9}
 
+// Known is the major version whose privileges apply to a node that runs
+// major: itself, or for one newer than any known, the newest known (its
+// role lists are the latest mgmtctl has). ok is false for one older than
+// every known.
+func Known(major int) (int, bool) {
+	if major < Versions[0] {
+		return 0, false
+	}
+	return min(major, Versions[len(Versions)-1]), true
+}
+
 // vmAdmin is the built-in role PVEVMAdmin's privileges: the VM
 // category's admin, user and audit ones.
 func vmAdmin(major int) []string {

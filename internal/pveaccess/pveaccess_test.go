@@ -130,3 +130,16 @@ func TestHTTPClient(t *testing.T) {
 		t.Error("the trust store accepted a self-signed certificate")
 	}
 }
+
+// TestKnown: a node's major version maps to the privileges mgmtctl knows:
+// its own, the newest for a newer node, none for an older one.
+func TestKnown(t *testing.T) {
+	for in, want := range map[int]int{8: 8, 9: 9, 10: 9} {
+		if got, ok := Known(in); !ok || got != want {
+			t.Errorf("Known(%d) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+	if _, ok := Known(7); ok {
+		t.Error("PVE 7 known")
+	}
+}
