@@ -125,11 +125,7 @@ func Commands(grants []Grant, tokenID string) ([]string, error) {
 		return nil, err
 	}
 	for _, g := range grants {
-		args := []string{"acl", "modify", g.Path, "--roles", g.Role.Name}
-		if user != "root@pam" {
-			args = append(args, "--users", user)
-		}
-		args = append(args, "--tokens", tokenID)
+		args := aclModify(g.Path, g.Role.Name, tokenID)
 		if !g.Propagate {
 			args = append(args, "--propagate", "0")
 		}
@@ -138,6 +134,17 @@ func Commands(grants []Grant, tokenID string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// aclModify is `acl modify PATH --roles ROLE` for tokenID and, unless it
+// is root@pam's (which holds everything), its user: a privilege-separated
+// token holds only what both hold.
+func aclModify(path, role, tokenID string) []string {
+	args := []string{"acl", "modify", path, "--roles", role}
+	if user, _, _ := strings.Cut(tokenID, "!"); user != "root@pam" {
+		args = append(args, "--users", user)
+	}
+	return append(args, "--tokens", tokenID)
 }
 
 // Missing is what a token lacks on one path.
@@ -178,16 +185,11 @@ type MissingError struct {
 
 func (e *MissingError) Error() string {
 	var b strings.Builder
-	user, _, _ := strings.Cut(e.TokenID, "!")
 	fmt.Fprintf(&b, "Proxmox API token %s lacks privileges %s needs (Proxmox VE %s); nothing was changed:", e.TokenID, e.For, e.Version)
 	for _, m := range e.Missing {
 		fmt.Fprintf(&b, "\n  on %s: %s", m.Path, strings.Join(m.Privs, ", "))
 		modify, _ := shell.Join("pveum", "role", "modify", m.Role, "--append", "1", "--privs", strings.Join(m.Privs, ","))
-		acl := []string{"pveum", "acl", "modify", m.Path, "--roles", m.Role, "--tokens", e.TokenID}
-		if user != "root@pam" {
-			acl = append(acl[:6], append([]string{"--users", user}, acl[6:]...)...)
-		}
-		grant, _ := shell.Join(acl...)
+		grant, _ := shell.Join(append([]string{"pveum"}, aclModify(m.Path, m.Role, e.TokenID)...)...)
 		fmt.Fprintf(&b, "\n    grant: %s\n    (or, if the role is not on the path yet: %s)", modify, grant)
 	}
 	b.WriteString("\n`mgmtctl proxmox role` prints every command that makes the roles and grants them")
