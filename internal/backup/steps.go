@@ -296,7 +296,7 @@ const restoreS3Script = `set -eu
 name=$1 tok=$2
 trap 'rm -f -- "$tok"' EXIT
 trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
-[ ! -r ` + remote.K3sEnvFile + ` ] || { set -a; . ` + remote.K3sEnvFile + `; set +a; }
+` + remote.K3sEnv + `
 systemctl stop k3s
 k3s server --cluster-reset --cluster-reset-restore-path="$name" --token-file="$tok"
 install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token

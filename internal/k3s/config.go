@@ -67,7 +67,7 @@ func RenderConfig(s Spec) []byte {
 // EnvironmentFile=-/etc/default/%N, then /etc/sysconfig/%N, then
 // k3s.service.env). The installer rewrites k3s.service.env on every
 // install from its own K3S_* variables; it never touches this one.
-const EnvPath = "/etc/default/k3s"
+const EnvPath = remote.K3sEnvFile
 
 // envHeader starts the environment file mgmtctl writes; a file without
 // it is someone else's, left alone.

@@ -1,7 +1,5 @@
 package remote
 
-import "strings"
-
 // The closed vocabulary of reads. A Query is a permission, not a label:
 // the transport retries a query after a dropped link and kills it on
 // cancel, which is safe only for a command that changes nothing, and a
@@ -72,28 +70,20 @@ func CommandPath(name string) Query {
 // EtcdSnapshots lists a k3s server's etcd snapshots (k3s etcd-snapshot
 // ls: a header, then name, location, size and creation time per line),
 // the bucket's too when config.yaml names one: k3s's environment file is
-// read first, as K3sSnapshotCmd does.
+// read first (K3sEnv).
 func EtcdSnapshots() Query {
-	return lookScript("k3s etcd-snapshot ls", k3sSnapshotScript, "ls")
+	return lookScript("k3s etcd-snapshot ls", K3sEnv+"\nexec k3s etcd-snapshot \"$@\"", "ls")
 }
 
 // K3sEnvFile is the k3s unit's environment file, where mgmtctl keeps the
 // S3 keys.
 const K3sEnvFile = "/etc/default/k3s"
 
-// k3sSnapshotScript runs `k3s etcd-snapshot "$@"` with the variables of
-// the k3s unit's environment file exported, as systemd gives them to k3s:
-// the S3 keys reach k3s from that root-only file, never through a command
-// line.
-const k3sSnapshotScript = `[ ! -r ` + K3sEnvFile + ` ] || { set -a; . ` + K3sEnvFile + `; set +a; }
-exec k3s etcd-snapshot "$@"`
-
-// K3sSnapshotCmd is `k3s etcd-snapshot ARGS...` in the k3s unit's
-// environment (EtcdSnapshots).
-func K3sSnapshotCmd(args ...string) Cmd {
-	c := Script("k3s etcd-snapshot "+strings.Join(args, " "), k3sSnapshotScript, args...)
-	return c
-}
+// K3sEnv is the line of sh that exports the variables of the k3s unit's
+// environment file, as systemd gives them to k3s, for a script that runs
+// k3s itself: the S3 keys reach k3s from that root-only file, never
+// through a command line.
+const K3sEnv = `[ ! -r ` + K3sEnvFile + ` ] || { set -a; . ` + K3sEnvFile + `; set +a; }`
 
 // ClusterVMs is every VM of the Proxmox cluster, as the API's
 // /cluster/resources lists them (vmid, name, node, status, tags), in JSON.
