@@ -85,6 +85,18 @@ func RenderEnv(s Spec) []byte {
 	return []byte(envHeader + "AWS_ACCESS_KEY_ID=" + s.S3.AccessKey + "\nAWS_SECRET_ACCESS_KEY=" + s.S3.SecretKey + "\n")
 }
 
+// envPending says the environment file, as cur holds it (nil: absent), is
+// not what the Env step leaves there: the keys still to write, or, with
+// no S3, mgmtctl's file still to remove (a file of someone else's is left
+// alone). Env decides by it, and Restart, which restarts k3s to load it.
+func (v *VM) envPending(cur []byte) bool {
+	want := v.env()
+	if want == nil {
+		return bytes.HasPrefix(cur, []byte(envHeader))
+	}
+	return !bytes.Equal(cur, want)
+}
+
 // Env writes EnvPath when it differs from what it should hold, and
 // removes one mgmtctl wrote once S3 is gone from the config. The file is
 // a secret: its plan shows no content, and RestartK3s restarts k3s after
@@ -107,14 +119,14 @@ func (s *Env) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, err
 	}
 	switch {
-	case want == nil && (action == step.Create || !bytes.HasPrefix(cur, []byte(envHeader))):
+	case !s.V.envPending(cur) && want == nil:
 		return step.Plan{Note: "no S3 keys for k3s (spec.backup.s3 is not set)"}, nil
+	case !s.V.envPending(cur):
+		return step.Plan{Note: EnvPath + " holds the S3 keys"}, nil
 	case want == nil:
 		return step.Plan{Changes: []step.Change{{Target: EnvPath, Action: step.Delete,
 			Summary: "remove the S3 keys from " + EnvPath + " (spec.backup.s3 is gone)",
 			Effects: []effect.Effect{s.V.run(remote.Command("rm", "-f", "--", EnvPath).AsRoot())}}}}, nil
-	case bytes.Equal(cur, want):
-		return step.Plan{Note: EnvPath + " holds the S3 keys"}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: EnvPath, Action: action,
 		Summary: fmt.Sprintf("%s %s with the S3 keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; 0600, content not shown)", action, EnvPath),
@@ -190,7 +202,7 @@ func (s *Restart) Check(ctx context.Context) (step.Plan, error) {
 	if res[3].ExitCode != 0 {
 		envNow = nil
 	}
-	if want := s.V.env(); !bytes.Equal(envNow, want) && (want != nil || bytes.HasPrefix(envNow, []byte(envHeader))) {
+	if s.V.envPending(envNow) {
 		restart.Changes[0].Summary = "restart k3s to load the S3 keys in " + EnvPath
 		return s.V.gate(ctx, restart)
 	}
