@@ -100,7 +100,7 @@ func prerequisites(ctx context.Context, s *session.Session, vm, k3sToo bool) (st
 				return "", err
 			}
 			n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv), Host: h}
-			if err := n.Gather(ctx); err != nil {
+			if err := n.GatherVM(ctx); err != nil {
 				return "", err
 			}
 			if !n.Facts.VMExists {

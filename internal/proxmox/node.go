@@ -87,12 +87,18 @@ func (n *Node) ImagePath() string {
 func (n *Node) run(c remote.Cmd) effect.Run { return effect.Run{Host: n.Name(), Cmd: c} }
 
 // Gather reads every fact in one round trip.
-func (n *Node) Gather(ctx context.Context) error {
-	res, err := remote.Batch(ctx, n.Host, false,
-		remote.QMConfig(n.VMID()),
-		remote.QMStatus(n.VMID()),
-		remote.FileSHA256(n.ImagePath()),
-	)
+func (n *Node) Gather(ctx context.Context) error { return n.gather(ctx, true) }
+
+// GatherVM reads the VM's facts only (it exists, runs, since when), in
+// one round trip: not the image's sha256, which reads the whole image.
+func (n *Node) GatherVM(ctx context.Context) error { return n.gather(ctx, false) }
+
+func (n *Node) gather(ctx context.Context, image bool) error {
+	reads := []remote.Query{remote.QMConfig(n.VMID()), remote.QMStatus(n.VMID())}
+	if image {
+		reads = append(reads, remote.FileSHA256(n.ImagePath()))
+	}
+	res, err := remote.Batch(ctx, n.Host, false, reads...)
 	if err != nil {
 		return fmt.Errorf("gather facts: %w", err)
 	}
@@ -112,8 +118,10 @@ func (n *Node) Gather(ctx context.Context) error {
 			f.Uptime = time.Duration(secs) * time.Second
 		}
 	}
-	if sum := strings.Fields(string(res[2].Stdout)); res[2].ExitCode == 0 && len(sum) > 0 {
-		f.ImageSHA256 = sum[0]
+	if image {
+		if sum := strings.Fields(string(res[2].Stdout)); res[2].ExitCode == 0 && len(sum) > 0 {
+			f.ImageSHA256 = sum[0]
+		}
 	}
 	n.Facts = f
 	return nil
