@@ -267,7 +267,7 @@ func (c *UserConfig) Permissions(major int, id, path string) map[string]bool {
 			set = c.Roles[role]
 		}
 		for p := range set {
-			if ValidPriv(major, p) {
+			if builtin["Administrator"][p] { // a privilege this version has
 				privs[p] = privs[p] || prop
 			}
 		}
@@ -283,6 +283,23 @@ func (c *UserConfig) Permissions(major int, id, path string) map[string]bool {
 		}
 	}
 	return privs
+}
+
+// Effective is id's privileges on each of paths that gives it any, as
+// /access/permissions and `pveum user permissions` answer them: path →
+// privilege → propagate (1 or 0).
+func (c *UserConfig) Effective(major int, id string, paths []string) map[string]any {
+	out := map[string]any{}
+	for _, p := range paths {
+		if privs := c.Permissions(major, id, p); len(privs) > 0 {
+			m := map[string]any{}
+			for k, v := range privs {
+				m[k] = map[bool]int{true: 1, false: 0}[v]
+			}
+			out[p] = m
+		}
+	}
+	return out
 }
 
 func copyPrivs(m map[string]bool, v bool) map[string]bool {

@@ -109,17 +109,8 @@ func (s *Server) permissions(w http.ResponseWriter, r *http.Request, caller stri
 	if p := r.URL.Query().Get("path"); p != "" {
 		paths = []string{p}
 	}
-	out := map[string]map[string]int{}
-	for _, p := range paths {
-		if privs := cfg.Permissions(LabMajor, who, p); len(privs) > 0 {
-			out[p] = map[string]int{}
-			for k, v := range privs {
-				out[p][k] = map[bool]int{true: 1, false: 0}[v]
-			}
-		}
-	}
 	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
-	_ = json.NewEncoder(w).Encode(map[string]any{"data": out})
+	_ = json.NewEncoder(w).Encode(map[string]any{"data": cfg.Effective(LabMajor, who, paths)})
 }
 
 // writeError answers as pve-http-server does: the status line carries

@@ -379,21 +379,11 @@ func pveumUser(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 		if len(rest) > 0 {
 			id = rest[0]
 		}
-		out := map[string]any{}
 		paths := sortedKeys(cfg.ACL)
 		if p := opts["path"]; p != "" {
 			paths = []string{p}
 		}
-		for _, p := range paths {
-			if privs := cfg.Permissions(LabMajor, id, p); len(privs) > 0 {
-				m := map[string]any{}
-				for k, v := range privs {
-					m[k] = map[bool]int{true: 1, false: 0}[v]
-				}
-				out[p] = m
-			}
-		}
-		return print(stdout, format, out)
+		return print(stdout, format, cfg.Effective(LabMajor, id, paths))
 	}
 	return die("unknown command 'pveum user %s'", cmd)
 }
