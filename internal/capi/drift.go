@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -48,6 +49,9 @@ type Drift struct {
 	API  func(ctx context.Context) (*kube.Reader, error)
 	// Node connects to a node of the Proxmox cluster, to read its VMs.
 	Node func(ctx context.Context) (remote.Reader, error)
+	// VMs reads them through the Proxmox API instead (api access: no SSH
+	// to any node), with a token that sees CAPMOX's VMs (CAPMOX's own).
+	VMs func(ctx context.Context) ([]pve.Resource, error)
 }
 
 var _ step.Step = (*Drift)(nil)
@@ -113,6 +117,17 @@ func (d *Drift) Check(ctx context.Context) (step.Plan, error) {
 }
 
 func (d *Drift) vms(ctx context.Context) ([]ClusterVM, error) {
+	if d.VMs != nil {
+		res, err := d.VMs(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list the Proxmox cluster's VMs: %w", err)
+		}
+		vms := make([]ClusterVM, len(res))
+		for i, r := range res {
+			vms[i] = ClusterVM{VMID: r.VMID, Name: r.Name, Node: r.Node, Status: r.Status, Tags: r.Tags, Template: r.Template}
+		}
+		return vms, nil
+	}
 	node, err := d.Node(ctx)
 	if err != nil {
 		return nil, err

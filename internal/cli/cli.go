@@ -333,7 +333,7 @@ func (g *global) loadForRun(o *Options) (*config.Loaded, *redact.Redactor, error
 		return nil, nil, err
 	}
 	x := &redact.Redactor{}
-	x.Add(l.Secrets.Proxmox.TokenSecret, l.Secrets.S3.AccessKey, l.Secrets.S3.SecretKey)
+	x.Add(l.Secrets.Proxmox.TokenSecret, l.Secrets.Proxmox.MgmtctlTokenSecret, l.Secrets.S3.AccessKey, l.Secrets.S3.SecretKey)
 	return l, x, nil
 }
 

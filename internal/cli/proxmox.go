@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
@@ -24,50 +26,55 @@ func newProxmox(g *global, o *Options) *cobra.Command {
 
 func newProxmoxRole(g *global, o *Options) *cobra.Command {
 	var version int
+	var forWhom string
 	cmd := &cobra.Command{
 		Use:   "role",
-		Short: "Print the pveum commands that give CAPMOX's token exactly the privileges it needs",
-		Long: "role prints, for the config's token (spec.proxmox.tokenID), the pveum commands that make\n" +
-			"one role per path with exactly the privileges CAPMOX needs (CAPMOX's least privileges, on\n" +
-			"the config's storage and bridge), the user, a token with privilege separation, and the ACLs\n" +
-			"for both. The privileges are those of the node's Proxmox VE major version: read from the\n" +
-			"first node with pveversion over SSH, or given with --pve-version. It changes nothing; run\n" +
-			"the commands on a node as root. apply checks the token against the same list and names\n" +
-			"each privilege missing, before anything is written.",
+		Short: "Print the pveum commands that give a token exactly the privileges it needs",
+		Long: "role prints the pveum commands that make one role per path with exactly the privileges a\n" +
+			"token needs, the user, a token with privilege separation, and the ACLs for both:\n" +
+			"  --for capmox (the default): CAPMOX's token (spec.proxmox.tokenID), CAPMOX's least\n" +
+			"    privileges on the config's storage and bridge;\n" +
+			"  --for mgmtctl: mgmtctl's own token (spec.proxmox.mgmtctlTokenID) for the vm phase through\n" +
+			"    the API (spec.proxmox.access: api): its VMs' paths only, the storages, the nodes' network\n" +
+			"    access for the image's download, and the bridge.\n" +
+			"The privileges are those of the nodes' Proxmox VE major version: read from the first node\n" +
+			"(pveversion over SSH, or the API in api access), or given with --pve-version. It changes\n" +
+			"nothing; run the commands on a node as root. apply checks each token against the same list\n" +
+			"and names each privilege missing, before anything is written.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if version != 0 && (version < pveaccess.Versions[0] || version > pveaccess.Versions[len(pveaccess.Versions)-1]) {
 				return usageError{fmt.Errorf("--pve-version must be 8 or 9, got %d", version)}
 			}
+			if forWhom != "capmox" && forWhom != "mgmtctl" {
+				return usageError{fmt.Errorf("--for must be capmox or mgmtctl, got %q", forWhom)}
+			}
 			r, err := newRun(g, o)
 			if err != nil {
 				return err
 			}
+			spec := r.l.Cluster.Spec
+			if forWhom == "mgmtctl" && spec.Proxmox.MgmtctlTokenID == "" {
+				return usageError{fmt.Errorf("--for mgmtctl needs spec.proxmox.mgmtctlTokenID (with spec.proxmox.access: api): the token to make")}
+			}
 			running := ""
 			if version == 0 {
-				if err := r.open(); err != nil {
+				if running, err = readPVEVersion(cmd.Context(), r); err != nil {
 					return err
 				}
-				defer r.close()
-				srv := r.l.Servers()[0]
-				h, err := r.s.Host(cmd.Context(), r.s.ProxmoxTarget(srv))
-				if err != nil {
-					return r.fail(fmt.Errorf("read the Proxmox VE version on %s (or pass --pve-version): %w", srv.Node, err))
-				}
-				res, err := h.Look(cmd.Context(), remote.PVEVersion())
-				if err != nil {
-					return r.fail(fmt.Errorf("pveversion on %s (or pass --pve-version): %w", srv.Node, err))
-				}
-				running = parsePVEVersion(string(res.Stdout))
 				known, ok := pveaccess.Known(pveaccess.Major(running))
 				if !ok {
-					return r.fail(fmt.Errorf("%s runs Proxmox VE %q: mgmtctl knows the privileges of PVE 8 and 9", srv.Node, running))
+					return r.fail(fmt.Errorf("the nodes run Proxmox VE %q: mgmtctl knows the privileges of PVE 8 and 9", running))
 				}
 				version = known
 			}
-			spec := r.l.Cluster.Spec
 			grants := pveaccess.CAPMOX(version, spec.Proxmox.Storage, spec.VM.Bridge)
-			cmds, err := pveaccess.Commands(grants, spec.Proxmox.TokenID)
+			tokenID, who, secretAt := spec.Proxmox.TokenID, "CAPMOX", "proxmox.tokenSecret"
+			if forWhom == "mgmtctl" {
+				grants = phase.MgmtctlGrants(r.l, version)
+				tokenID, who, secretAt = spec.Proxmox.MgmtctlTokenID, "mgmtctl", "proxmox.mgmtctlTokenSecret"
+			}
+			cmds, err := pveaccess.Commands(grants, tokenID)
 			if err != nil {
 				return err
 			}
@@ -90,21 +97,61 @@ func newProxmoxRole(g *global, o *Options) *cobra.Command {
 					PVEVersion int      `json:"pveVersion"`
 					Grants     []grant  `json:"grants"`
 					Commands   []string `json:"commands"`
-				}{"CAPMOX", spec.Proxmox.TokenID, version, gs, cmds})
+				}{who, tokenID, version, gs, cmds})
 			}
 			on := fmt.Sprintf("Proxmox VE %d", version)
 			if running != "" {
 				on = fmt.Sprintf("Proxmox VE %s", running)
 			}
-			fmt.Fprintf(o.Out, "# CAPMOX's token %s on %s: exactly what CAPMOX needs (its least privileges),\n", spec.Proxmox.TokenID, on)
-			fmt.Fprintf(o.Out, "# on storage %s and bridge %s. Run on a node as root; `pveum user token add` prints the\n", spec.Proxmox.Storage, spec.VM.Bridge)
-			fmt.Fprintf(o.Out, "# secret once: put it in secrets.yaml as proxmox.tokenSecret.\n")
+			if forWhom == "mgmtctl" {
+				fmt.Fprintf(o.Out, "# mgmtctl's token %s on %s: exactly what the vm phase needs through the API,\n", tokenID, on)
+				fmt.Fprintf(o.Out, "# on its VMs only, storages %s and %s, and bridge %s.", spec.Proxmox.Storage, spec.Proxmox.ImageStorage, spec.VM.Bridge)
+			} else {
+				fmt.Fprintf(o.Out, "# CAPMOX's token %s on %s: exactly what CAPMOX needs (its least privileges),\n", tokenID, on)
+				fmt.Fprintf(o.Out, "# on storage %s and bridge %s.", spec.Proxmox.Storage, spec.VM.Bridge)
+			}
+			fmt.Fprintf(o.Out, " Run on a node as root; `pveum user token add` prints the\n# secret once: put it in secrets.yaml as %s.\n", secretAt)
 			fmt.Fprintln(o.Out, strings.Join(cmds, "\n"))
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&version, "pve-version", 0, "the nodes' Proxmox VE major version, 8 or 9 (default: read on the first node)")
+	cmd.Flags().StringVar(&forWhom, "for", "capmox", "whose token: capmox, or mgmtctl (the vm phase through the API)")
 	return cmd
+}
+
+// readPVEVersion reads the Proxmox VE version the nodes run: over SSH
+// (pveversion on the first node), or through the API in api access,
+// with mgmtctl's token (which must exist by then).
+func readPVEVersion(ctx context.Context, r *run) (string, error) {
+	srv := r.l.Servers()[0]
+	if r.l.Cluster.Spec.Proxmox.API() {
+		if r.l.Secrets.Proxmox.MgmtctlTokenSecret == "" {
+			return "", usageError{fmt.Errorf("mgmtctl's token has no secret yet (proxmox.mgmtctlTokenSecret) to read the nodes' version with: pass --pve-version")}
+		}
+		if err := r.open(); err != nil {
+			return "", err
+		}
+		defer r.close()
+		v, err := r.s.ProxmoxAPI().Version(ctx)
+		if err != nil {
+			return "", r.fail(fmt.Errorf("read the Proxmox VE version through the API (or pass --pve-version): %w", err))
+		}
+		return v, nil
+	}
+	if err := r.open(); err != nil {
+		return "", err
+	}
+	defer r.close()
+	h, err := r.s.Host(ctx, r.s.ProxmoxTarget(srv))
+	if err != nil {
+		return "", r.fail(fmt.Errorf("read the Proxmox VE version on %s (or pass --pve-version): %w", srv.Node, err))
+	}
+	res, err := h.Look(ctx, remote.PVEVersion())
+	if err != nil {
+		return "", r.fail(fmt.Errorf("pveversion on %s (or pass --pve-version): %w", srv.Node, err))
+	}
+	return parsePVEVersion(string(res.Stdout)), nil
 }
 
 // parsePVEVersion reads pveversion's "pve-manager/9.2.11/14a22df3

@@ -39,6 +39,9 @@ func newRun(g *global, o *Options) (*run, error) {
 
 // open starts the debug log and gives the session its dialer.
 func (r *run) open() error {
+	if err := r.l.RequireMgmtctlSecret(); err != nil {
+		return printConfigErrors(r.o, err)
+	}
 	log, err := runlog.Open(runlog.Dir(r.o.CacheDir), r.l.Cluster.Metadata.Name, r.x, r.o.Now())
 	if err != nil {
 		return err

@@ -71,6 +71,7 @@ func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]
 	}
 	s := &c.Spec
 	p := &s.Proxmox
+	str(&p.Access, "spec.proxmox.access", AccessSSH)
 	str(&p.User, "spec.proxmox.user", "root")
 	apiHost := p.Host
 	if apiHost == "" && len(s.Servers) > 0 {
@@ -85,6 +86,7 @@ func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]
 	}
 	str(&p.Storage, "spec.proxmox.storage", "local-lvm")
 	str(&p.ImageDir, "spec.proxmox.imageDir", "/var/lib/vz/template/iso")
+	str(&p.ImageStorage, "spec.proxmox.imageStorage", "local")
 
 	str(&s.Image.URL, "spec.image.url", DefaultImageURL)
 	if s.Image.URL == DefaultImageURL {

@@ -15,6 +15,10 @@ import (
 // secret; it wins over the secrets file.
 const SecretEnv = "MGMTCTL_PROXMOX_TOKEN_SECRET"
 
+// MgmtctlSecretEnv carries mgmtctl's own token secret (api access); it
+// wins over the secrets file.
+const MgmtctlSecretEnv = "MGMTCTL_PROXMOX_MGMTCTL_TOKEN_SECRET"
+
 // The environment variables that carry spec.backup.s3's keys; they win
 // over the secrets file.
 const (
@@ -139,6 +143,9 @@ func (l *Loaded) loadSecrets(explicit string) Errors {
 		l.Secrets.Proxmox.TokenSecret = s
 		l.SecretSource = SecretEnv
 	}
+	if s := l.Env.Getenv(MgmtctlSecretEnv); s != "" {
+		l.Secrets.Proxmox.MgmtctlTokenSecret = s
+	}
 	if s := l.Env.Getenv(S3AccessKeyEnv); s != "" {
 		l.Secrets.S3.AccessKey = s
 	}
@@ -149,6 +156,7 @@ func (l *Loaded) loadSecrets(explicit string) Errors {
 		v := &validator{report: r}
 		v.secrets(&l.Secrets, l.SecretSource)
 		v.s3Secrets(l.Secrets.S3, l.Cluster.Spec.Backup.S3 != nil)
+		v.mgmtctlSecret(l.Secrets.Proxmox)
 	}
 	return r.errs
 }
@@ -162,6 +170,17 @@ func (l *Loaded) RequireSecret() error {
 	}
 	return Errors{{File: l.SecretsPath, Path: "proxmox.tokenSecret",
 		Msg: fmt.Sprintf("is required for the capi phase: write it to %s (mode 0600) or set %s", l.SecretsPath, SecretEnv)}}
+}
+
+// RequireMgmtctlSecret reports, as a config error, that mgmtctl's own
+// token secret is missing in api access: every run that reaches Proxmox
+// needs it (`mgmtctl proxmox role --for mgmtctl` makes the token).
+func (l *Loaded) RequireMgmtctlSecret() error {
+	if !l.Cluster.Spec.Proxmox.API() || l.Secrets.Proxmox.MgmtctlTokenSecret != "" {
+		return nil
+	}
+	return Errors{{File: l.SecretsPath, Path: "proxmox.mgmtctlTokenSecret",
+		Msg: fmt.Sprintf("is required by spec.proxmox.access: api: write it to %s (mode 0600) or set %s; `mgmtctl proxmox role --for mgmtctl` prints the commands that make the token", l.SecretsPath, MgmtctlSecretEnv)}}
 }
 
 // Servers is the cluster's k3s servers, the first one the cluster was

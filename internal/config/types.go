@@ -48,13 +48,25 @@ type Spec struct {
 // Proxmox is the Proxmox VE node that hosts the VM, and the API identity
 // CAPMOX will use.
 type Proxmox struct {
-	Host     string `yaml:"host"`
-	User     string `yaml:"user"`
-	Node     string `yaml:"node"`
-	APIURL   string `yaml:"apiURL"`
-	TokenID  string `yaml:"tokenID"`
-	Storage  string `yaml:"storage"`
-	ImageDir string `yaml:"imageDir"`
+	// Access is how the vm phase reaches the nodes: "ssh" (root SSH and
+	// qm, the default) or "api" (the REST API with mgmtctl's own token,
+	// MgmtctlTokenID; no SSH to any node).
+	Access string `yaml:"access"`
+	// MgmtctlTokenID is mgmtctl's API token in api access (`mgmtctl
+	// proxmox role --for mgmtctl` prints its role); its secret is
+	// secrets.yaml's proxmox.mgmtctlTokenSecret. CAPMOX keeps its own,
+	// TokenID.
+	MgmtctlTokenID string `yaml:"mgmtctlTokenID"`
+	// ImageStorage is the directory storage, with 'import' content, that
+	// holds the cloud image in api access.
+	ImageStorage string `yaml:"imageStorage"`
+	Host         string `yaml:"host"`
+	User         string `yaml:"user"`
+	Node         string `yaml:"node"`
+	APIURL       string `yaml:"apiURL"`
+	TokenID      string `yaml:"tokenID"`
+	Storage      string `yaml:"storage"`
+	ImageDir     string `yaml:"imageDir"`
 	// CAFile is a PEM file on the laptop with the CA of the API's
 	// certificate (a node's /etc/pve/pve-root-ca.pem); Fingerprint pins
 	// the certificate itself instead, by its SHA-256 as `pvenode cert
@@ -104,6 +116,15 @@ type Server struct {
 	// Net is Address parsed, set by Load once the file is valid.
 	Net netip.Prefix `yaml:"-"`
 }
+
+// The ways the vm phase reaches the Proxmox nodes (spec.proxmox.access).
+const (
+	AccessSSH = "ssh"
+	AccessAPI = "api"
+)
+
+// API says the vm phase goes through the Proxmox API.
+func (p Proxmox) API() bool { return p.Access == AccessAPI }
 
 // VIP is the cluster's one API address: a virtual IP that kube-vip,
 // deployed as a k3s manifest, keeps on the server holding its lease and
@@ -230,7 +251,9 @@ type S3Secrets struct {
 	SecretKey string `yaml:"secretKey"`
 }
 
-// ProxmoxSecrets holds the Proxmox API token secret (PROXMOX_SECRET).
+// ProxmoxSecrets holds the Proxmox API token secrets: CAPMOX's
+// (PROXMOX_SECRET) and, in api access, mgmtctl's own.
 type ProxmoxSecrets struct {
-	TokenSecret string `yaml:"tokenSecret"`
+	TokenSecret        string `yaml:"tokenSecret"`
+	MgmtctlTokenSecret string `yaml:"mgmtctlTokenSecret"`
 }

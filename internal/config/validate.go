@@ -224,13 +224,30 @@ func (v *validator) dnsSubdomain(p, val string) {
 const perServer = "is set per server when spec.servers is given (spec.servers[*].%s); remove it"
 
 func (v *validator) proxmox(p *Proxmox, ha bool) {
+	api := p.API()
+	switch {
+	case p.Access != AccessSSH && p.Access != AccessAPI:
+		v.add("spec.proxmox.access", p.Access, "must be %s (root SSH to the nodes and qm) or %s (the Proxmox API with mgmtctlTokenID)", AccessSSH, AccessAPI)
+	case api:
+		if v.required("spec.proxmox.mgmtctlTokenID", p.MgmtctlTokenID) && !tokenID.MatchString(p.MgmtctlTokenID) {
+			v.add("spec.proxmox.mgmtctlTokenID", p.MgmtctlTokenID, "must be a Proxmox API token ID of the form user@realm!tokenname")
+		}
+		if v.required("spec.proxmox.imageStorage", p.ImageStorage) && !storageID.MatchString(p.ImageStorage) {
+			v.add("spec.proxmox.imageStorage", p.ImageStorage, "must be a Proxmox storage ID (lowercase letters, digits, '-', '_', '.')")
+		}
+	case p.MgmtctlTokenID != "":
+		v.add("spec.proxmox.mgmtctlTokenID", p.MgmtctlTokenID, "is used only with spec.proxmox.access: %s", AccessAPI)
+	}
 	switch {
 	case ha && p.Host != "":
 		v.add("spec.proxmox.host", p.Host, perServer, "host")
 	case ha && p.Node != "":
 		v.add("spec.proxmox.node", p.Node, perServer, "node")
 	case !ha:
-		if v.required("spec.proxmox.host", p.Host) {
+		// In api access no node is reached over SSH: host is optional.
+		if api && p.Host != "" {
+			v.hostPort("spec.proxmox.host", p.Host)
+		} else if !api && v.required("spec.proxmox.host", p.Host) {
 			v.hostPort("spec.proxmox.host", p.Host)
 		}
 		v.dnsLabel("spec.proxmox.node", p.Node, true)
@@ -465,7 +482,9 @@ func (v *validator) servers(s *Spec) {
 		at := fmt.Sprintf("spec.servers[%d]", i)
 		v.dnsLabel(at+".name", srv.Name, true)
 		v.dnsLabel(at+".node", srv.Node, true)
-		if v.required(at+".host", srv.Host) {
+		if s.Proxmox.API() && srv.Host != "" {
+			v.hostPort(at+".host", srv.Host)
+		} else if !s.Proxmox.API() && v.required(at+".host", srv.Host) {
 			v.hostPort(at+".host", srv.Host)
 		}
 		if srv.ID == 0 {
@@ -660,11 +679,15 @@ func (v *validator) s3Secrets(s S3Secrets, needed bool) {
 
 // secrets checks secret values without ever echoing them.
 func (v *validator) secrets(s *Secrets, source string) {
-	ts := s.Proxmox.TokenSecret
-	if ts == "" {
-		return
-	}
-	if !uuid.MatchString(ts) {
+	if ts := s.Proxmox.TokenSecret; ts != "" && !uuid.MatchString(ts) {
 		v.addNoValue("proxmox.tokenSecret", "must be a Proxmox API token secret, a UUID like 01234567-89ab-cdef-0123-456789abcdef (got a value of %d characters from %s)", len(ts), source)
+	}
+}
+
+// mgmtctlSecret checks mgmtctl's own token secret when given (a run that
+// reaches Proxmox in api access requires it: RequireMgmtctlSecret).
+func (v *validator) mgmtctlSecret(s ProxmoxSecrets) {
+	if ts := s.MgmtctlTokenSecret; ts != "" && !uuid.MatchString(ts) {
+		v.addNoValue("proxmox.mgmtctlTokenSecret", "must be a Proxmox API token secret, a UUID like 01234567-89ab-cdef-0123-456789abcdef (got a value of %d characters)", len(ts))
 	}
 }

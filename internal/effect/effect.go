@@ -14,6 +14,8 @@ package effect
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -112,7 +114,17 @@ type TokenKubeconfig struct {
 	Path           string
 }
 
+// Call is a call to the Proxmox VE API (spec.proxmox.access: api):
+// Method on Path (under /api2/json) with Params. A call that starts a
+// task (its answer a UPID) is waited for, and the task's failure is the
+// effect's. The Executor holds the API's client.
+type Call struct {
+	Method, Path string
+	Params       url.Values
+}
+
 func (Run) effect()             {}
+func (Call) effect()            {}
 func (Write) effect()           {}
 func (Download) effect()        {}
 func (WriteLocal) effect()      {}
@@ -130,6 +142,20 @@ func (e Run) String() string {
 	}
 	if e.Always {
 		s += " (whatever happened before)"
+	}
+	return s
+}
+
+func (e Call) String() string {
+	s := "Proxmox API: " + e.Method + " " + e.Path
+	if len(e.Params) > 0 {
+		// url.Values.Encode sorts by key; unescaped, so --diff reads as
+		// the user would type the values.
+		q, err := url.QueryUnescape(e.Params.Encode())
+		if err != nil {
+			q = e.Params.Encode()
+		}
+		s += " " + strings.ReplaceAll(q, "&", " ")
 	}
 	return s
 }

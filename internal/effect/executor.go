@@ -21,6 +21,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/localfile"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -32,6 +33,8 @@ const FieldManager = "mgmtctl"
 type Executor struct {
 	// Host returns the read-write connection of a host by name.
 	Host func(ctx context.Context, name string) (remote.Host, error)
+	// API returns the Proxmox VE API's client (api access).
+	API func(ctx context.Context) (*pve.Client, error)
 	// Cluster returns the management cluster's clients.
 	Cluster func(ctx context.Context) (*kube.Cluster, error)
 	// Redact registers a secret an effect made (a minted token) with the
@@ -89,6 +92,8 @@ func (x *Executor) do(ctx context.Context, e Effect) (remote.Result, error) {
 			}
 		case Download:
 			x.Progress(ctx, e.String())
+		case Call:
+			x.Progress(ctx, e.Method+" "+e.Path)
 		case Write:
 			if len(e.File.Content) > progressAbove {
 				x.Progress(ctx, e.String())
@@ -106,6 +111,8 @@ func (x *Executor) dispatch(ctx context.Context, e Effect) (remote.Result, error
 	switch e := e.(type) {
 	case Run:
 		return x.run(ctx, e)
+	case Call:
+		return remote.Result{}, x.call(ctx, e)
 	case Write:
 		h, err := x.host(ctx, e.Host)
 		if err != nil {
@@ -148,6 +155,17 @@ func (x *Executor) run(ctx context.Context, e Run) (remote.Result, error) {
 		return remote.Result{}, err
 	}
 	return h.Run(ctx, e.Cmd)
+}
+
+func (x *Executor) call(ctx context.Context, e Call) error {
+	if x.API == nil {
+		return fmt.Errorf("%s: no Proxmox API in this run", e)
+	}
+	c, err := x.API(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Call(ctx, e.Method, e.Path, e.Params)
 }
 
 func (x *Executor) download(ctx context.Context, e Download) error {

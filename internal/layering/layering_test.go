@@ -19,19 +19,19 @@ var domain = []string{"proxmox", "k3s", "addons", "capi", "kubeconfig", "inspect
 // read config's vocabulary (a chart pin, a provider, a k3s release); the
 // others take an input struct of their own, which phase fills from the
 // config.
-var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess"}
+var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess", "pve"}
 
 // allowed is, for every package of the tool, the packages of the tool it
 // may import (not counting tests). A package missing here fails the test:
 // a new package takes a place in the layering when it is written.
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
-	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess", "preflight"},
+	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess", "pve", "preflight"},
 	"phase":       append(append([]string{"session", "config", "laptop", "backup", "preflight"}, domain...), below...),
 	// The run's connections, host keys, the VM record and its way to the
 	// cluster: it knows the domain packages whose facts it keeps (the
 	// VM record wait-ssh reads, k3s's kubeconfig and etcd health).
-	"session": {"config", "effect", "kube", "kubeconfig", "proxmox", "k3s", "remote", "step"},
+	"session": {"config", "effect", "kube", "kubeconfig", "proxmox", "k3s", "remote", "step", "pve", "pveaccess"},
 	// What only status looks at, beside health.
 	"statuscheck": {"session", "health", "inspector", "k3s", "kube", "step"},
 	"proxmox":     below,
@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	"runlog":      {"engine", "redact"},
 	"remote":      {"shell", "redact", "localfile"},
 	"step":        {"effect", "remote"},
-	"effect":      {"remote", "kube", "localfile"},
+	"effect":      {"remote", "kube", "localfile", "pve"},
 	"config":      nil,
 	"kube":        nil,
 	"shell":       nil,
@@ -56,7 +56,9 @@ var allowed = map[string][]string{
 	// record of releases found; phase builds them.
 	"preflight": nil,
 	// Proxmox VE's privileges: what a token needs, pveum, the check.
-	"pveaccess":  {"shell"},
+	"pveaccess": {"shell"},
+	// The Proxmox VE API's client (api access): calls, tasks, reads.
+	"pve":        nil,
 	"redact":     nil,
 	"diff":       nil,
 	"localfile":  nil,

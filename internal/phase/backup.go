@@ -12,6 +12,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/capi"
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
@@ -160,9 +161,16 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 	steps = append(steps, &capi.Hold{C: &capi.Clusters{Name: first.Name, API: a.API}, Backup: held})
 	// What the restored Machines say against what Proxmox has now,
 	// reported before the user resumes the Clusters.
-	steps = append(steps, &capi.Drift{Name: servers[0].Node, API: a.API, Node: func(ctx context.Context) (remote.Reader, error) {
+	drift := &capi.Drift{Name: servers[0].Node, API: a.API, Node: func(ctx context.Context) (remote.Reader, error) {
 		return s.Host(ctx, s.ProxmoxTarget(servers[0]))
-	}})
+	}}
+	if s.API() {
+		// mgmtctl's own token sees its VMs only: CAPMOX's sees CAPMOX's.
+		px := s.Config.Cluster.Spec.Proxmox
+		capmox := pve.New(px.APIURL, px.TokenID, s.Config.Secrets.Proxmox.TokenSecret, proxmoxHTTP(&s.Config.Cluster))
+		drift.VMs = capmox.VMs
+	}
+	steps = append(steps, drift)
 	restore := step.Phase{
 		Tag: step.TagRestore,
 		Prepare: func(ctx context.Context) (string, error) {

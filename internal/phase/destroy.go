@@ -32,6 +32,9 @@ func Destroy(s *session.Session) step.Phase {
 		Prepare: func(ctx context.Context) (string, error) {
 			// Every VM is looked at before any goes: one that is not
 			// mgmtctl's fails the phase before anything is removed.
+			if err := checkAPIAccess(ctx, s); err != nil {
+				return servers[0].Node, err
+			}
 			for i, srv := range servers {
 				n := nodes[i]
 				if err := gatherNode(ctx, s, srv, n); err != nil {

@@ -66,6 +66,9 @@ func vmPhase(s *session.Session) step.Phase {
 	return step.Phase{
 		Tag: step.TagVM,
 		Prepare: func(ctx context.Context) (string, error) {
+			if err := checkAPIAccess(ctx, s); err != nil {
+				return s.Config.Servers()[0].Node, err
+			}
 			var names []string
 			for i, srv := range s.Config.Servers() {
 				n := nodes[i]
@@ -83,9 +86,43 @@ func vmPhase(s *session.Session) step.Phase {
 	}
 }
 
+// checkAPIAccess, in api access, reads mgmtctl's token's permissions
+// and names every privilege it lacks before the vm phase reads or
+// changes anything.
+func checkAPIAccess(ctx context.Context, s *session.Session) error {
+	if !s.API() {
+		return nil
+	}
+	_, err := proxmox.CheckAccess(ctx, s.ProxmoxAPI(), s.Config.Cluster.Spec.Proxmox.MgmtctlTokenID, func(major int) []pveaccess.Grant {
+		return MgmtctlGrants(s.Config, major)
+	})
+	return err
+}
+
+// MgmtctlGrants is what mgmtctl's own token needs for the config's
+// servers (pveaccess.Mgmtctl).
+func MgmtctlGrants(l *config.Loaded, major int) []pveaccess.Grant {
+	var vmids []int
+	var nodes []string
+	seen := map[string]bool{}
+	for _, srv := range l.Servers() {
+		vmids = append(vmids, srv.ID)
+		if !seen[srv.Node] {
+			seen[srv.Node] = true
+			nodes = append(nodes, srv.Node)
+		}
+	}
+	p := l.Cluster.Spec.Proxmox
+	return pveaccess.Mgmtctl(major, vmids, nodes, p.Storage, p.ImageStorage, l.Cluster.Spec.VM.Bridge)
+}
+
 // gatherNode connects to srv's Proxmox node (locked, in a run that may
 // change it) and gathers the vm phase's facts.
 func gatherNode(ctx context.Context, s *session.Session, srv config.Server, n *proxmox.Node) error {
+	if s.API() {
+		n.API = s.ProxmoxAPI()
+		return n.Gather(ctx)
+	}
 	h, err := s.Host(ctx, s.ProxmoxTarget(srv))
 	if err != nil {
 		return err
@@ -172,11 +209,15 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 			for i, srv := range servers {
 				v := vms[i]
 				names = append(names, v.Name())
-				pve, err := s.Host(ctx, s.ProxmoxTarget(srv))
-				if err != nil {
-					return srv.Node, err
+				if s.API() {
+					checks[i].API = s.ProxmoxAPI()
+				} else {
+					pve, err := s.Host(ctx, s.ProxmoxTarget(srv))
+					if err != nil {
+						return srv.Node, err
+					}
+					checks[i].Node = pve
 				}
-				checks[i].Node = pve
 				h, err := s.DialVM(ctx, srv, false, nil)
 				switch {
 				case err == nil:

@@ -95,11 +95,16 @@ func prerequisites(ctx context.Context, s *session.Session, vm, k3sToo bool) (st
 	var ok []string
 	for i, srv := range s.Config.Servers() {
 		if !vm {
-			h, err := s.Host(ctx, s.ProxmoxTarget(srv))
-			if err != nil {
-				return "", err
+			n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
+			if s.API() {
+				n.API = s.ProxmoxAPI()
+			} else {
+				h, err := s.Host(ctx, s.ProxmoxTarget(srv))
+				if err != nil {
+					return "", err
+				}
+				n.Host = h
 			}
-			n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv), Host: h}
 			if err := n.GatherVM(ctx); err != nil {
 				return "", err
 			}

@@ -13,7 +13,7 @@ func vmSpec(c *config.ManagementCluster, srv config.Server) proxmox.Spec {
 	return proxmox.Spec{Node: srv.Node, Storage: s.Proxmox.Storage, ImageDir: s.Proxmox.ImageDir,
 		ImageURL: s.Image.URL, ImageSHA256: s.Image.SHA256, VMID: srv.ID, Name: srv.Name,
 		Cores: s.VM.Cores, MemoryMiB: s.VM.MemoryMiB, DiskGiB: s.VM.DiskGiB, Bridge: s.VM.Bridge, VLAN: s.VM.VLAN,
-		Net: srv.Net, Gateway: s.VM.Gateway, Nameservers: s.VM.Nameservers, User: s.VM.User}
+		Net: srv.Net, Gateway: s.VM.Gateway, Nameservers: s.VM.Nameservers, User: s.VM.User, ImageStorage: s.Proxmox.ImageStorage}
 }
 
 // k3sSpec is the k3s phase's part of a loaded config for the i-th server:

@@ -3,6 +3,7 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"net/url"
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
@@ -41,15 +42,19 @@ func (s *DestroyVM) Check(ctx context.Context) (step.Plan, error) {
 	if !f.VMExists {
 		return step.Plan{Note: "VM " + id + " does not exist"}, nil
 	}
+	if f.OnNode != "" && f.OnNode != s.N.Spec.Node {
+		return step.Plan{}, fmt.Errorf("VM %s (name %q) is on node %s, not on %s as the config says: refusing to touch it; nothing was removed", id, f.Config["name"], f.OnNode, s.N.Spec.Node)
+	}
 	if !s.N.Ours() {
 		return step.Plan{}, &ForeignVMError{VMID: s.N.Spec.VMID, Node: s.N.Name(), Name: f.Config["name"], Tags: f.Config["tags"]}
 	}
 	var cmds []effect.Effect
 	if f.Running {
 		// A hard stop: the VM is going away with its disks.
-		cmds = append(cmds, s.N.run(remote.Command("qm", "stop", id)))
+		cmds = append(cmds, s.N.do(remote.Command("qm", "stop", id), "POST", s.N.vmPath()+"/status/stop", nil))
 	}
-	cmds = append(cmds, s.N.run(remote.Command("qm", "destroy", id, "--purge")))
+	cmds = append(cmds, s.N.do(remote.Command("qm", "destroy", id, "--purge"), "DELETE", s.N.vmPath(),
+		url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}}))
 	return step.Plan{Changes: []step.Change{{Target: "VM " + id, Action: step.Delete,
 		Summary: fmt.Sprintf("destroy VM %s (%s) on %s with its disks", id, f.Config["name"], s.N.Name()), Effects: cmds}}}, nil
 }

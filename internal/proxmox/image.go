@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -23,6 +26,9 @@ func (s *Image) Host() string { return s.N.Name() }
 
 // Check implements step.Step.
 func (s *Image) Check(ctx context.Context) (step.Plan, error) {
+	if s.N.API != nil {
+		return s.checkAPI(ctx)
+	}
 	sp := s.N.Spec
 	want, got, p := sp.ImageSHA256, s.N.Facts.ImageSHA256, s.N.ImagePath()
 	download := []effect.Effect{s.N.run(remote.Script("download "+sp.ImageURL, downloadScript, sp.ImageURL, p, want))}
@@ -62,9 +68,36 @@ chmod 644 "$tmp"
 mv -f -- "$tmp" "$dst"
 trap - EXIT`
 
+// checkAPI is the image through the API: the volume present, or Proxmox
+// told to download it into the image storage's 'import' content with the
+// sha256 it must have (download-url: the file is fetched beside its final
+// name and renamed only once its checksum matched).
+func (s *Image) checkAPI(ctx context.Context) (step.Plan, error) {
+	n, sp := s.N, s.N.Spec
+	vol := n.ImageVolID()
+	if n.Facts.ImageSHA256 == sp.ImageSHA256 {
+		return step.Plan{Note: vol + " present (downloaded by Proxmox with its sha256 verified)"}, nil
+	}
+	if err := n.needsVersion(ctx, MinImportVersion, "downloading the image into 'import' content"); err != nil {
+		return step.Plan{}, err
+	}
+	call := effect.Call{Method: "POST", Path: "/nodes/" + url.PathEscape(sp.Node) + "/storage/" + url.PathEscape(sp.ImageStorage) + "/download-url",
+		Params: url.Values{"url": {sp.ImageURL}, "content": {"import"}, "filename": {n.ImageFile()},
+			"checksum": {sp.ImageSHA256}, "checksum-algorithm": {"sha256"}}}
+	return step.Plan{Changes: []step.Change{{Target: vol, Action: step.Create,
+		Summary: "download " + sp.ImageURL + " to " + vol + " (Proxmox checks its sha256)", Effects: []effect.Effect{call}}}}, nil
+}
+
 // Finish implements step.Finisher: a checksum mismatch (the script's
-// exit 65) is said as one.
+// exit 65, or download-url's task) is said as one.
 func (s *Image) Finish(ctx context.Context, out []remote.Result, err error) error {
+	var te *pve.TaskError
+	if errors.As(err, &te) && strings.HasPrefix(te.Exit, "checksum mismatch") {
+		return fmt.Errorf("download image to %s: %s; Proxmox kept nothing under the final name", s.N.ImageVolID(), te.Exit)
+	}
+	if err != nil && s.N.API != nil {
+		return fmt.Errorf("image %s: %w", s.N.ImageVolID(), err)
+	}
 	var ee *remote.ExitError
 	if errors.As(err, &ee) && ee.Code == 65 {
 		return fmt.Errorf("download image to %s: %s; nothing was kept under the final name", s.N.ImagePath(), ee.Stderr)

@@ -1,5 +1,7 @@
 // Package proxmox holds the vm phase's steps: they run on the Proxmox node
-// over SSH as root with qm, deciding from facts gathered in one round trip.
+// over SSH as root with qm, or through the Proxmox VE API with mgmtctl's
+// own token (spec.proxmox.access: api, api.go), deciding from facts
+// gathered in one round trip.
 package proxmox
 
 import (
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -31,7 +34,14 @@ type Facts struct {
 	// when the VM booted.
 	At time.Time
 	// ImageSHA256 is the sum of the file at the image's path, "" if absent.
+	// In api access, the image's volume (ImageVolID) present is the sum
+	// verified: Proxmox checked it as it downloaded the file, and the
+	// name carries it.
 	ImageSHA256 string
+	// OnNode is the node whose config holds the VM (api access, which
+	// sees the whole cluster): another node than the spec's is a VM this
+	// run must not touch.
+	OnNode string
 }
 
 // Spec is what the vm phase needs of mgmt.yaml, typed and validated.
@@ -52,6 +62,9 @@ type Spec struct {
 	Gateway     string
 	Nameservers []string
 	User        string // the cloud-init user
+	// ImageStorage is the directory storage whose 'import' content holds
+	// the image in api access.
+	ImageStorage string
 }
 
 // Node is the Proxmox node of one run: its connection and facts, shared by
@@ -60,8 +73,11 @@ type Spec struct {
 // that this run created the VM is the laptop's record of a new VM (written
 // by create-vm's plan), and that it started it is the VM's uptime.
 type Node struct {
-	Spec  Spec
+	Spec Spec
+	// Host is the node over SSH; API the Proxmox API instead (api
+	// access). Exactly one is set.
 	Host  remote.Reader
+	API   pve.Reader
 	Facts Facts
 }
 
@@ -94,6 +110,9 @@ func (n *Node) Gather(ctx context.Context) error { return n.gather(ctx, true) }
 func (n *Node) GatherVM(ctx context.Context) error { return n.gather(ctx, false) }
 
 func (n *Node) gather(ctx context.Context, image bool) error {
+	if n.API != nil {
+		return n.gatherAPI(ctx, image)
+	}
 	reads := []remote.Query{remote.QMConfig(n.VMID()), remote.QMStatus(n.VMID())}
 	if image {
 		reads = append(reads, remote.FileSHA256(n.ImagePath()))

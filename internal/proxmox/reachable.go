@@ -114,7 +114,7 @@ func (s *Reachable) Check(ctx context.Context) (step.Plan, error) {
 	id := s.N.VMID()
 	return step.Plan{Changes: []step.Change{{Target: "VM " + id, Action: step.Run,
 		Summary: fmt.Sprintf("reset VM %s: up %s, it never answered SSH since mgmtctl created it (%v)", id, f.Uptime, rootCause(err)),
-		Effects: []effect.Effect{s.N.run(remote.Command("qm", "reset", id))}}}}, nil
+		Effects: []effect.Effect{s.N.do(remote.Command("qm", "reset", id), "POST", s.N.vmPath()+"/status/reset", nil)}}}}, nil
 }
 
 // Finish implements step.Finisher: the reset VM boots again, which the

@@ -3,6 +3,8 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -42,32 +44,45 @@ func (s *CreateVM) keysFile() string {
 	return "/root/.mgmtctl-sshkeys-" + s.N.VMID() + ".pub"
 }
 
-// CreateArgs is the qm create command line (qemu-server
-// src/PVE/API2/Qemu.pm create_vm; docs/upstream.md §1.2).
-func (s *CreateVM) CreateArgs() []string {
+// options are the VM's settings, as qm create and the API's create_vm
+// take them (qemu-server src/PVE/API2/Qemu.pm create_vm; docs/upstream.md
+// §1.2), but the user's key, which each takes its own way.
+func (s *CreateVM) options() [][2]string {
 	vm := s.N.Spec
 	net := "virtio,bridge=" + vm.Bridge
 	if vm.VLAN != 0 {
 		net += ",tag=" + strconv.Itoa(vm.VLAN)
 	}
-	return []string{"qm", "create", s.N.VMID(),
-		"--name", vm.Name,
-		"--cores", strconv.Itoa(vm.Cores),
-		"--memory", strconv.Itoa(vm.MemoryMiB),
-		"--net0", net,
-		"--scsihw", "virtio-scsi-pci",
-		"--scsi0", vm.Storage + ":0,import-from=" + s.N.ImagePath(),
-		"--ide2", vm.Storage + ":cloudinit",
-		"--boot", "order=scsi0",
-		"--serial0", "socket",
-		"--vga", "serial0",
-		"--agent", "1",
-		"--ciuser", vm.User,
-		"--sshkeys", s.keysFile(),
-		"--ipconfig0", "ip=" + vm.Net.String() + ",gw=" + vm.Gateway,
-		"--nameserver", strings.Join(vm.Nameservers, " "),
-		"--tags", ManagedTag,
+	return [][2]string{
+		{"name", vm.Name},
+		{"cores", strconv.Itoa(vm.Cores)},
+		{"memory", strconv.Itoa(vm.MemoryMiB)},
+		{"net0", net},
+		{"scsihw", "virtio-scsi-pci"},
+		{"scsi0", vm.Storage + ":0,import-from=" + s.N.imageSource()},
+		{"ide2", vm.Storage + ":cloudinit"},
+		{"boot", "order=scsi0"},
+		{"serial0", "socket"},
+		{"vga", "serial0"},
+		{"agent", "1"},
+		{"ciuser", vm.User},
+		{"ipconfig0", "ip=" + vm.Net.String() + ",gw=" + vm.Gateway},
+		{"nameserver", strings.Join(vm.Nameservers, " ")},
+		{"tags", ManagedTag},
 	}
+}
+
+// CreateArgs is the qm create command line: the options, with --sshkeys
+// the file on the node that holds the user's key.
+func (s *CreateVM) CreateArgs() []string {
+	args := []string{"qm", "create", s.N.VMID()}
+	for _, o := range s.options() {
+		args = append(args, "--"+o[0], o[1])
+		if o[0] == "ciuser" {
+			args = append(args, "--sshkeys", s.keysFile())
+		}
+	}
+	return args
 }
 
 // Check implements step.Step. It is the example of a remote command step:
@@ -77,6 +92,9 @@ func (s *CreateVM) CreateArgs() []string {
 // key file's removal once qm has read it (whether qm created the VM or not).
 func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 	n := s.N
+	if !n.Facts.VMExists && n.API != nil {
+		return s.createAPI()
+	}
 	if !n.Facts.VMExists {
 		keys := remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600}
 		create, cleanup := remote.Command(s.CreateArgs()...), remote.Command("rm", "-f", "--", s.keysFile())
@@ -113,6 +131,10 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create, Summary: summary,
 			Diff: &step.Diff{Path: "qm create", After: "# " + keys.Path + ": the user's public key (0600)\n" + strings.Join(lines, "\n") + "\n"}, Effects: effects}}}, nil
 	}
+	if n.Facts.OnNode != "" && n.Facts.OnNode != n.Spec.Node {
+		return step.Plan{}, fmt.Errorf("VM %s (name %q) is on node %s, but the config puts it on %s; nothing was touched: migrate it back, or set the node it is on",
+			n.VMID(), n.Facts.Config["name"], n.Facts.OnNode, n.Spec.Node)
+	}
 	if !n.Ours() {
 		return step.Plan{}, fmt.Errorf("VMID %s belongs to another VM (name %q, tags %q), not to mgmtctl's %q; nothing was touched: choose a free VMID (pvesh get /cluster/nextid)",
 			n.VMID(), n.Facts.Config["name"], n.Facts.Config["tags"], n.Spec.Name)
@@ -125,9 +147,8 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 func (s *CreateVM) Drift() []string {
 	c := s.N.Facts.Config
 	want := map[string]string{}
-	args := s.CreateArgs()
-	for i := 3; i+1 < len(args); i += 2 {
-		want[strings.TrimPrefix(args[i], "--")] = args[i+1]
+	for _, o := range s.options() {
+		want[o[0]] = o[1]
 	}
 	var out []string
 	for _, k := range []string{"cores", "memory", "ciuser", "ipconfig0", "nameserver"} {
@@ -142,6 +163,54 @@ func (s *CreateVM) Drift() []string {
 		out = append(out, fmt.Sprintf("VM %s net0 is %q, config says %q (left alone)", s.N.VMID(), c["net0"], want["net0"]))
 	}
 	return out
+}
+
+// createAPI is create-vm's plan through the API: the laptop's records as
+// over SSH, then one POST /nodes/{node}/qemu, its task waited for.
+func (s *CreateVM) createAPI() (step.Plan, error) {
+	n := s.N
+	var effects []effect.Effect
+	if s.Marker != "" {
+		effects = append(effects, effect.WriteLocal{Path: s.Marker, Content: s.MarkerContent})
+	}
+	stale := false
+	if s.KnownHosts != "" {
+		var err error
+		if stale, err = remote.KnowsHost(s.KnownHosts, s.Addr); err != nil {
+			return step.Plan{}, err
+		}
+	}
+	if stale {
+		effects = append(effects, effect.ForgetHostKey{File: s.KnownHosts, Addr: s.Addr})
+	}
+	create := effect.Call{Method: "POST", Path: "/nodes/" + url.PathEscape(n.Spec.Node) + "/qemu", Params: s.createParams()}
+	effects = append(effects, create)
+	summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImageVolID())
+	if s.Marker != "" {
+		summary += "; record it as new in " + s.Marker
+	}
+	if stale {
+		summary += "; forget the host key an earlier VM left at " + s.Addr
+	}
+	var lines []string
+	for _, k := range sortedKeys(create.Params) {
+		v := create.Params.Get(k)
+		if k == "sshkeys" {
+			v = "(the user's public key, URI-escaped)"
+		}
+		lines = append(lines, k+"="+v)
+	}
+	return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create, Summary: summary,
+		Diff: &step.Diff{Path: "POST " + create.Path, After: strings.Join(lines, "\n") + "\n"}, Effects: effects}}}, nil
+}
+
+func sortedKeys(v url.Values) []string {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // Finish implements step.Finisher: the VM is read back. That it is new
@@ -187,9 +256,11 @@ func (s *GrowDisk) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, fmt.Errorf("VM %s's disk is %s, larger than diskGiB %d; disks are never shrunk: set spec.vm.diskGiB to %d or more",
 			n.VMID(), human(cur), gib, (cur+(1<<30)-1)>>30)
 	}
+	size := fmt.Sprintf("%dG", gib)
 	return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID() + " scsi0", Action: step.Update,
 		Summary: fmt.Sprintf("grow scsi0 from %s to %dG", human(cur), gib),
-		Effects: []effect.Effect{n.run(remote.Command("qm", "resize", n.VMID(), "scsi0", fmt.Sprintf("%dG", gib)))}}}}, nil
+		Effects: []effect.Effect{n.do(remote.Command("qm", "resize", n.VMID(), "scsi0", size),
+			"PUT", n.vmPath()+"/resize", url.Values{"disk": {"scsi0"}, "size": {size}})}}}}, nil
 }
 
 func human(b int64) string {
@@ -210,7 +281,11 @@ func (s *GrowDisk) Finish(ctx context.Context, out []remote.Result, err error) e
 		return err
 	}
 	if cur, _ := n.DiskBytes(); cur != s.want() {
-		return fmt.Errorf("grow disk of VM %s: size is still %s: %s", n.VMID(), human(cur), strings.TrimSpace(string(out[len(out)-1].Stderr)))
+		why := ""
+		if len(out) > 0 {
+			why = ": " + strings.TrimSpace(string(out[len(out)-1].Stderr))
+		}
+		return fmt.Errorf("grow disk of VM %s: size is still %s%s", n.VMID(), human(cur), why)
 	}
 	return nil
 }
@@ -232,7 +307,7 @@ func (s *StartVM) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{Note: "VM " + s.N.VMID() + " is running"}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: "VM " + s.N.VMID(), Action: step.Run, Summary: fmt.Sprintf("start VM %s (%s)", s.N.VMID(), s.N.Spec.Name),
-		Effects: []effect.Effect{s.N.run(remote.Command("qm", "start", s.N.VMID()))}}}}, nil
+		Effects: []effect.Effect{s.N.do(remote.Command("qm", "start", s.N.VMID()), "POST", s.N.vmPath()+"/status/start", nil)}}}}, nil
 }
 
 // Finish implements step.Finisher: the VM is read back, booting (its

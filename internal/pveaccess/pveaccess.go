@@ -86,6 +86,50 @@ func CAPMOX(major int, storage, bridge string) []Grant {
 	}
 }
 
+// Mgmtctl is what mgmtctl's own token needs for the vm phase through the
+// API (spec.proxmox.access: api), each privilege for the call that checks
+// it (qemu-server src/PVE/API2/Qemu.pm, pve-storage
+// src/PVE/API2/Storage/Status.pm and Content.pm; docs/upstream.md §1.11):
+//   - on each of its VMs' paths (/vms/<vmid>, an ACL that may name a VM
+//     not created yet), and on no other VM: VM.Allocate (create, destroy),
+//     VM.Audit (config, status, the cluster's VMs), VM.Config.* for the
+//     options create sets, VM.PowerMgmt (start, stop, reset), and reading
+//     the host key through the guest agent (VM.GuestAgent.FileRead; PVE 8:
+//     VM.Monitor);
+//   - Datastore.AllocateSpace on the disks' storage (the disk, the
+//     cloud-init drive, resize);
+//   - Datastore.AllocateTemplate and Datastore.Audit on the image's
+//     storage (download-url; its 'import' content listed and imported);
+//   - Sys.AccessNetwork on each node (download-url probes the network:
+//     it takes this, or Sys.Audit with Sys.Modify on /);
+//   - SDN.Use on the bridge, propagated to its VLANs
+//     (/sdn/zones/localnetwork/<bridge>/<tag>).
+func Mgmtctl(major int, vmids []int, nodes []string, storage, imageStorage, bridge string) []Grant {
+	vm := []string{"VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType",
+		"VM.Config.Memory", "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt"}
+	if major >= 9 {
+		vm = append(vm, "VM.GuestAgent.FileRead")
+	} else {
+		vm = append(vm, "VM.Monitor")
+	}
+	sort.Strings(vm)
+	var out []Grant
+	for _, id := range vmids {
+		out = append(out, Grant{Path: "/vms/" + strconv.Itoa(id), Role: Role{"Mgmtctl.VM", vm}})
+	}
+	for _, n := range nodes {
+		out = append(out, Grant{Path: "/nodes/" + n, Role: Role{"Mgmtctl.Network", []string{"Sys.AccessNetwork"}}})
+	}
+	if storage == imageStorage {
+		out = append(out, Grant{Path: "/storage/" + storage, Role: Role{"Mgmtctl.Storage", []string{"Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}}})
+	} else {
+		out = append(out,
+			Grant{Path: "/storage/" + storage, Role: Role{"Mgmtctl.Disks", []string{"Datastore.AllocateSpace"}}},
+			Grant{Path: "/storage/" + imageStorage, Role: Role{"Mgmtctl.Image", []string{"Datastore.AllocateTemplate", "Datastore.Audit"}}})
+	}
+	return append(out, Grant{Path: "/sdn/zones/localnetwork/" + bridge, Role: Role{"Mgmtctl.SDN", []string{"SDN.Use"}}, Propagate: true})
+}
+
 // Commands are the pveum commands (pve-access-control src/PVE/CLI/pveum.pm:
 // role add, user add, user token add, acl modify) that give tokenID, a
 // token with privilege separation, exactly grants: each role made once,

@@ -27,6 +27,8 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
+	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -64,6 +66,30 @@ type Session struct {
 	mu      sync.Mutex
 	conns   map[string]*hostConn
 	cluster *Cluster
+	api     *pve.Client
+}
+
+// API says the vm phase reaches the nodes through the Proxmox API
+// (spec.proxmox.access: api), not over SSH.
+func (s *Session) API() bool { return s.Config.Cluster.Spec.Proxmox.API() }
+
+// ProxmoxAPI is the Proxmox API with mgmtctl's own token, for the steps
+// to read (api access): the client itself only the Executor holds. Any
+// node answers for all of the cluster's.
+func (s *Session) ProxmoxAPI() pve.Reader { return pve.ReadOnly(s.apiClient()) }
+
+func (s *Session) apiClient() *pve.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.api == nil {
+		p := s.Config.Cluster.Spec.Proxmox
+		hc, err := pveaccess.HTTPClient(p.CA, p.Fingerprint)
+		if err != nil {
+			panic("config: a loaded spec.proxmox.caFile does not parse: " + err.Error())
+		}
+		s.api = pve.New(p.APIURL, p.MgmtctlTokenID, s.Config.Secrets.Proxmox.MgmtctlTokenSecret, hc)
+	}
+	return s.api
 }
 
 // Cluster is the session's one way to the cluster, made on first use: the
@@ -86,6 +112,7 @@ func (s *Session) Executor() step.Executor {
 	}
 	return &effect.Executor{
 		Host:     s.byName,
+		API:      func(context.Context) (*pve.Client, error) { return s.apiClient(), nil },
 		Cluster:  func(ctx context.Context) (*kube.Cluster, error) { return s.Cluster().write(ctx) },
 		Redact:   s.Redact,
 		Progress: step.Progress,

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,9 @@ func main() {
 const usage = `usage: labsim <command> --dir DIR [args]
 
   up      build the lab in DIR and return when it is ready
-          (--nodes 3: a Proxmox cluster pve1..pve3 sharing /etc/pve)
+          (--nodes 3: a Proxmox cluster pve1..pve3 sharing /etc/pve;
+          --access api: its config reaches the nodes through the API, with a
+          token of mgmtctl's made with what mgmtctl proxmox role --for mgmtctl names)
   up      on a stopped lab (or a copy of one): start its hosts again from its files
   stop    power the lab off and keep its files (VMs halt as at a power cut)
   down    remove every namespace, process and file the lab made
@@ -70,6 +73,7 @@ func cli(args []string) int {
 	spec := fs.String("spec", "", "agent: host spec file")
 	off := fs.Bool("off", false, "fault: turn the fault off")
 	nodes := fs.Int("nodes", 1, "up: Proxmox nodes (1: \"pve\"; more: a cluster pve1..pveN)")
+	access := fs.String("access", "ssh", "up: how the config reaches the nodes: ssh (root SSH, qm) or api (the API with a least-privileged token of mgmtctl's)")
 	if err := fs.Parse(rest); err != nil {
 		return 2
 	}
@@ -95,8 +99,15 @@ func cli(args []string) int {
 			fmt.Fprintln(os.Stderr, "labsim: --nodes must be 1 to 9")
 			return 2
 		}
+		if *access != "ssh" && *access != "api" {
+			fmt.Fprintln(os.Stderr, "labsim: --access must be ssh or api")
+			return 2
+		}
 		l.NodeCount = *nodes
 		err = l.Up(os.Stdout)
+		if err == nil && *access == "api" {
+			err = l.UseAPI()
+		}
 	case "down":
 		err = l.Down(os.Stdout)
 	case "stop":
@@ -176,7 +187,11 @@ func runAgent(specPath string) int {
 	if spec.Role == "pve" {
 		api := &pveapi.Server{Addr: spec.Addr,
 			CertFile: filepath.Join(spec.LabDir, "pki", spec.Name+".crt"), KeyFile: filepath.Join(spec.LabDir, "pki", spec.Name+".key"),
-			Access: labAccess(spec.LabDir)}
+			Access: labAccess(spec.LabDir), Node: spec.Name,
+			QM: func(stdout, stderr io.Writer) *qm.Node {
+				return &qm.Node{Name: spec.Name, Root: "/", Backend: backend{filepath.Join(spec.LabDir, "control.sock")},
+					Stdout: stdout, Stderr: stderr, Now: func() int64 { return time.Now().Unix() }}
+			}}
 		spec.Services = append(spec.Services, api.Run)
 	}
 	if err := host.Run(&spec, os.Stdout); err != nil {

@@ -37,6 +37,9 @@ const (
 // TokenID is the lab's Proxmox API token.
 const TokenID = "capmox@pve!capi"
 
+// MgmtctlTokenID is mgmtctl's own token in a lab in api access (UseAPI).
+const MgmtctlTokenID = "mgmtctl@pve!vm"
+
 // Up builds the lab and returns when it is ready. It is idempotent: a lab
 // that is up is left as it is.
 //

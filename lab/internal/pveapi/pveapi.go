@@ -11,10 +11,14 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/qm"
 )
 
 // Server is the simulated API.
@@ -25,6 +29,19 @@ type Server struct {
 	// Access is the cluster's access control, read on every request, so
 	// a change made with pveum takes effect at once.
 	Access Access
+	// Node is this node's name: a path under another node's is proxied
+	// to that node (nodes.go).
+	Node string
+	// QM is this node's qm, writing to stdout and stderr: the VM
+	// handlers run it.
+	QM func(stdout, stderr io.Writer) *qm.Node
+	// Root is "/" on a lab host ("" too); tests point it elsewhere.
+	Root string
+	// Transport, when set, is how the node reaches others (the proxy, a
+	// download); nil: the default, with the host's trust store.
+	Transport http.RoundTripper
+
+	tasks sync.Map // UPID -> *task
 }
 
 // Version is what the lab's nodes say they run (pve-manager's
@@ -54,7 +71,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}})
 	case "/api2/json/access/permissions":
 		s.permissions(w, r, id)
+	case "/api2/json/cluster/resources":
+		if s.QM != nil {
+			s.resources(w, r, id)
+			return
+		}
+		fallthrough
 	default:
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/api2/json/nodes/"); ok && s.QM != nil {
+			parts := strings.Split(rest, "/")
+			s.routeNode(w, r, id, parts[0], parts[1:])
+			return
+		}
 		w.Header().Set("Content-Type", "application/json;charset=UTF-8")
 		w.WriteHeader(http.StatusNotImplemented)
 		_, _ = w.Write([]byte(`{"data":null,"message":"Method '` + r.Method + ` ` + r.URL.Path + `' not implemented in the lab\n"}`))

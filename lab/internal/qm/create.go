@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -61,6 +62,18 @@ func (n *Node) paramErr(key, msg string) error {
 // check validates one option's value; it returns the value to store.
 func (n *Node) check(vmid int, key, val string) (string, error) {
 	switch {
+	case key == "sshkeys" && n.API:
+		// Through the API the value is the keys themselves, URI-escaped
+		// (qemu-server src/PVE/API2/Qemu.pm create_vm: uri_unescape, then
+		// validate_ssh_public_keys, then uri_escape again).
+		keys, err := url.PathUnescape(val)
+		if err != nil {
+			return "", n.paramErr(key, "invalid format - "+err.Error())
+		}
+		if err := validateSSHKeys(keys); err != nil {
+			return "", n.paramErr(key, err.Error())
+		}
+		return uriEscape(keys), nil
 	case key == "sshkeys":
 		// On the CLI the value is a file; qm stores its contents escaped.
 		b, err := os.ReadFile(val)
@@ -323,10 +336,12 @@ func (n *Node) checkDrive(key, val string) error {
 		if m == nil || m[3] != "0" {
 			return fmt.Errorf("400 Parameter verification failed.\n%s: 'import-from' requires special syntax - use <storage ID>:0,import-from=<source>", key)
 		}
-		if strings.HasPrefix(v, "/") {
-			if _, err := os.Stat(filepath.Join(n.Root, v)); err != nil {
-				return fmt.Errorf("400 Parameter verification failed.\n%s: could not get file size of %s", key, v)
-			}
+		p, err := n.sourcePath(v)
+		if err != nil {
+			return fmt.Errorf("400 Parameter verification failed.\n%s: %v", key, err)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("400 Parameter verification failed.\n%s: could not get file size of %s", key, strings.TrimPrefix(p, strings.TrimSuffix(n.Root, "/")))
 		}
 	}
 	return nil
@@ -398,7 +413,11 @@ func (n *Node) allocate(vmid int, key, val string, c Config) (string, error) {
 		}
 	}
 	if source != "" {
-		s, err := virtualSize(filepath.Join(n.Root, source))
+		p, err := n.sourcePath(source)
+		if err != nil {
+			return "", err
+		}
+		s, err := virtualSize(p)
 		if err != nil {
 			return "", err
 		}

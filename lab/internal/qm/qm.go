@@ -50,6 +50,10 @@ type Node struct {
 	MAC func() [3]byte
 	// Now is the unix time for meta ctime.
 	Now func() int64
+	// API says the command came through the REST API rather than qm's
+	// command line: a value is what the API takes (sshkeys holds the
+	// keys, URI-escaped, where qm takes a file).
+	API bool
 }
 
 // Exit codes. A Perl die outside a worker exits with $! when set: reading a
