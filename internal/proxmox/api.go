@@ -185,7 +185,8 @@ func CheckAccess(ctx context.Context, api pve.Reader, tokenID string, needs func
 		}
 	}
 	if missing := pveaccess.Lacking(grants, have); len(missing) > 0 {
-		return "", &pveaccess.MissingError{TokenID: tokenID, Version: v, For: "mgmtctl's vm phase", Missing: missing}
+		return "", &pveaccess.MissingError{TokenID: tokenID, Version: v, For: "mgmtctl's vm phase", Missing: missing,
+			RoleCommand: "mgmtctl proxmox role --for mgmtctl"}
 	}
 	return v, nil
 }

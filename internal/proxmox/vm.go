@@ -98,19 +98,9 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 	if !n.Facts.VMExists {
 		keys := remote.File{Path: s.keysFile(), Content: []byte(s.AuthorizedKey + "\n"), Mode: 0o600}
 		create, cleanup := remote.Command(s.CreateArgs()...), remote.Command("rm", "-f", "--", s.keysFile())
-		var effects []effect.Effect
-		if s.Marker != "" {
-			effects = append(effects, effect.WriteLocal{Path: s.Marker, Content: s.MarkerContent})
-		}
-		stale := false
-		if s.KnownHosts != "" {
-			var err error
-			if stale, err = remote.KnowsHost(s.KnownHosts, s.Addr); err != nil {
-				return step.Plan{}, err
-			}
-		}
-		if stale {
-			effects = append(effects, effect.ForgetHostKey{File: s.KnownHosts, Addr: s.Addr})
+		effects, also, err := s.laptopRecords()
+		if err != nil {
+			return step.Plan{}, err
 		}
 		effects = append(effects, effect.Write{Host: n.Name(), File: keys}, n.run(create), effect.Run{Host: n.Name(), Cmd: cleanup, Always: true})
 		var lines []string
@@ -121,13 +111,7 @@ func (s *CreateVM) Check(ctx context.Context) (step.Plan, error) {
 			}
 			lines = append(lines, line)
 		}
-		summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImagePath())
-		if s.Marker != "" {
-			summary += "; record it as new in " + s.Marker
-		}
-		if stale {
-			summary += "; forget the host key an earlier VM left at " + s.Addr
-		}
+		summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImagePath()) + also
 		return step.Plan{Changes: []step.Change{{Target: "VM " + n.VMID(), Action: step.Create, Summary: summary,
 			Diff: &step.Diff{Path: "qm create", After: "# " + keys.Path + ": the user's public key (0600)\n" + strings.Join(lines, "\n") + "\n"}, Effects: effects}}}, nil
 	}
@@ -165,33 +149,40 @@ func (s *CreateVM) Drift() []string {
 	return out
 }
 
+// laptopRecords are the laptop's part of creating the VM, before it is
+// created (over SSH or through the API alike): the record of it as new,
+// and forgetting the host key an earlier VM left at its address; also is
+// what the summary adds for them.
+func (s *CreateVM) laptopRecords() (effects []effect.Effect, also string, err error) {
+	if s.Marker != "" {
+		effects = append(effects, effect.WriteLocal{Path: s.Marker, Content: s.MarkerContent})
+		also += "; record it as new in " + s.Marker
+	}
+	if s.KnownHosts == "" {
+		return effects, also, nil
+	}
+	stale, err := remote.KnowsHost(s.KnownHosts, s.Addr)
+	if err != nil {
+		return nil, "", err
+	}
+	if stale {
+		effects = append(effects, effect.ForgetHostKey{File: s.KnownHosts, Addr: s.Addr})
+		also += "; forget the host key an earlier VM left at " + s.Addr
+	}
+	return effects, also, nil
+}
+
 // createAPI is create-vm's plan through the API: the laptop's records as
 // over SSH, then one POST /nodes/{node}/qemu, its task waited for.
 func (s *CreateVM) createAPI() (step.Plan, error) {
 	n := s.N
-	var effects []effect.Effect
-	if s.Marker != "" {
-		effects = append(effects, effect.WriteLocal{Path: s.Marker, Content: s.MarkerContent})
-	}
-	stale := false
-	if s.KnownHosts != "" {
-		var err error
-		if stale, err = remote.KnowsHost(s.KnownHosts, s.Addr); err != nil {
-			return step.Plan{}, err
-		}
-	}
-	if stale {
-		effects = append(effects, effect.ForgetHostKey{File: s.KnownHosts, Addr: s.Addr})
+	effects, also, err := s.laptopRecords()
+	if err != nil {
+		return step.Plan{}, err
 	}
 	create := effect.Call{Method: "POST", Path: "/nodes/" + url.PathEscape(n.Spec.Node) + "/qemu", Params: s.createParams()}
 	effects = append(effects, create)
-	summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImageVolID())
-	if s.Marker != "" {
-		summary += "; record it as new in " + s.Marker
-	}
-	if stale {
-		summary += "; forget the host key an earlier VM left at " + s.Addr
-	}
+	summary := fmt.Sprintf("create VM %s (%s) from %s", n.VMID(), n.Spec.Name, n.ImageVolID()) + also
 	var lines []string
 	for _, k := range sortedKeys(create.Params) {
 		v := create.Params.Get(k)

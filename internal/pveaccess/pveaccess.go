@@ -225,6 +225,9 @@ type MissingError struct {
 	Version string
 	For     string // what needs them ("CAPMOX")
 	Missing []Missing
+	// RoleCommand is the command that prints them all; "" for `mgmtctl
+	// proxmox role`.
+	RoleCommand string
 }
 
 func (e *MissingError) Error() string {
@@ -236,7 +239,11 @@ func (e *MissingError) Error() string {
 		grant, _ := shell.Join(append([]string{"pveum"}, aclModify(m.Path, m.Role, e.TokenID)...)...)
 		fmt.Fprintf(&b, "\n    grant: %s\n    (or, if the role is not on the path yet: %s)", modify, grant)
 	}
-	b.WriteString("\n`mgmtctl proxmox role` prints every command that makes the roles and grants them")
+	cmd := e.RoleCommand
+	if cmd == "" {
+		cmd = "mgmtctl proxmox role"
+	}
+	b.WriteString("\n`" + cmd + "` prints every command that makes the roles and grants them")
 	return b.String()
 }
 

@@ -9,7 +9,8 @@ import (
 // BenchmarkConverged measures what a user waits for on a converged
 // management cluster: a full `mgmtctl apply` that changes nothing, and
 // `mgmtctl status`, each a real process in the lab's laptop namespace
-// (SSH to the node and the VM, the Kubernetes API through the VM).
+// (SSH to the node and the VM, the Kubernetes API through the VM), then
+// the same in api access (api/apply, api/status).
 func BenchmarkConverged(b *testing.B) {
 	e := startBench(b)
 	if r := e.apply(); r.Code != 0 {
@@ -25,6 +26,17 @@ func BenchmarkConverged(b *testing.B) {
 			}
 		}
 	})
+	// The same re-runs in api access (spec.proxmox.access: api): the
+	// node's facts through the Proxmox API with mgmtctl's token, beside
+	// the SSH figures above. One apply first puts the image into the
+	// storage's import content.
+	if err := e.UseAPI(e.bin); err != nil {
+		b.Fatal(err)
+	}
+	if r := e.apply(); r.Code != 0 {
+		b.Fatalf("first apply in api access: %s\n%s", r.Stdout, r.Stderr)
+	}
+	b.Run("api", func(b *testing.B) { benchReruns(b, e) })
 }
 
 // BenchmarkHA measures three servers on a three-node Proxmox cluster: the

@@ -286,3 +286,30 @@ func (e *env) goTestOfTheTool(pkg, test string, env ...string) {
 		e.t.Errorf("%s %s in the lab: exit %d\n%s\n%s", pkg, test, r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// secretNowhere fails the test if secret (what, in the message) is in
+// any of outputs, in a laptop file but secrets.yaml (the debug logs
+// included), or in any process's arguments.
+func (e *env) secretNowhere(secret, what string, outputs []string) {
+	e.t.Helper()
+	for _, o := range outputs {
+		if strings.Contains(o, secret) {
+			e.t.Fatalf("an output holds %s:\n%s", what, o)
+		}
+	}
+	filepath.WalkDir(e.LaptopHome(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+			e.t.Errorf("%s holds %s", p, what)
+		}
+		return nil
+	})
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+			e.t.Errorf("a process's arguments hold %s: %s: %q", what, p, b)
+		}
+	}
+}

@@ -106,7 +106,11 @@ func cli(args []string) int {
 		l.NodeCount = *nodes
 		err = l.Up(os.Stdout)
 		if err == nil && *access == "api" {
-			err = l.UseAPI()
+			// The mgmtctl built beside this labsim (bin/ of the repository).
+			var self string
+			if self, err = os.Executable(); err == nil {
+				err = l.UseAPI(filepath.Join(filepath.Dir(self), "mgmtctl"))
+			}
 		}
 	case "down":
 		err = l.Down(os.Stdout)

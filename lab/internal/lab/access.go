@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,8 +18,9 @@ import (
 // mgmtctl's own token (MgmtctlTokenID) with exactly the grants `mgmtctl
 // proxmox role --for mgmtctl` names for them: the lab's mgmtctl prints
 // them, the lab's pveum makes them, and its secret goes to secrets.yaml
-// as proxmox.mgmtctlTokenSecret. `labsim up --access api` calls it.
-func (l *Lab) UseAPI() error {
+// as proxmox.mgmtctlTokenSecret. mgmtctl is the mgmtctl binary to ask.
+// `labsim up --access api` calls it.
+func (l *Lab) UseAPI(mgmtctl string) error {
 	for _, p := range []string{l.ConfigPath(), l.HAConfigPath()} {
 		b, err := os.ReadFile(p)
 		if os.IsNotExist(err) {
@@ -47,7 +47,7 @@ func (l *Lab) UseAPI() error {
 	if bytes.Contains(secrets, []byte("mgmtctlTokenSecret:")) {
 		return nil
 	}
-	grants, err := l.mgmtctlRole()
+	grants, err := l.mgmtctlRole(mgmtctl)
 	if err != nil {
 		return err
 	}
@@ -61,17 +61,12 @@ func (l *Lab) UseAPI() error {
 
 // mgmtctlRole runs the lab's mgmtctl: `proxmox role --for mgmtctl -o
 // json` for the lab's PVE version, on the config with the most servers.
-func (l *Lab) mgmtctlRole() ([]string, error) {
+func (l *Lab) mgmtctlRole(mgmtctl string) ([]string, error) {
 	cfg := l.ConfigPath()
 	if exists(l.HAConfigPath()) {
 		cfg = l.HAConfigPath()
 	}
-	// The mgmtctl built beside this labsim (bin/ of the repository).
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(filepath.Join(filepath.Dir(self), "mgmtctl"), "--config", cfg, "--secrets", l.SecretsPath(), "-o", "json",
+	cmd := exec.Command(mgmtctl, "--config", cfg, "--secrets", l.SecretsPath(), "-o", "json",
 		"proxmox", "role", "--for", "mgmtctl", "--pve-version", strconv.Itoa(pveapi.LabMajor))
 	cmd.Env = append(os.Environ(), "HOME="+l.LaptopHome())
 	var stderr bytes.Buffer

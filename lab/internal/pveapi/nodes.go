@@ -219,16 +219,26 @@ func (a *nodeAPI) qm(log io.Writer) *qm.Node {
 	return n
 }
 
-// config is GET qemu/{vmid}/config (qemu-server src/PVE/API2/Qemu.pm
-// vm_config: VM.Audit on /vms/{vmid}): the config with its digest.
-func (a *nodeAPI) config(vmid int) {
-	if err := a.check(fmt.Sprintf("/vms/%d", vmid), []string{"VM.Audit"}, false); err != nil {
+// vm checks privs on /vms/{vmid} and reads the VM's config; false when
+// it answered the request with the error.
+func (a *nodeAPI) vm(vmid int, privs ...string) (qm.Config, bool) {
+	if err := a.check(fmt.Sprintf("/vms/%d", vmid), privs, false); err != nil {
 		a.fail(err)
-		return
+		return nil, false
 	}
 	c, err := a.qm(io.Discard).Config(vmid)
 	if err != nil {
 		a.fail(err)
+		return nil, false
+	}
+	return c, true
+}
+
+// config is GET qemu/{vmid}/config (qemu-server src/PVE/API2/Qemu.pm
+// vm_config: VM.Audit on /vms/{vmid}): the config with its digest.
+func (a *nodeAPI) config(vmid int) {
+	c, ok := a.vm(vmid, "VM.Audit")
+	if !ok {
 		return
 	}
 	out := map[string]any{}
@@ -258,16 +268,11 @@ func jsonValue(k, v string) any {
 
 // status is GET qemu/{vmid}/status/current (vm_status: VM.Audit).
 func (a *nodeAPI) status(vmid int) {
-	if err := a.check(fmt.Sprintf("/vms/%d", vmid), []string{"VM.Audit"}, false); err != nil {
-		a.fail(err)
+	c, ok := a.vm(vmid, "VM.Audit")
+	if !ok {
 		return
 	}
 	n := a.qm(io.Discard)
-	c, err := n.Config(vmid)
-	if err != nil {
-		a.fail(err)
-		return
-	}
 	cores, _ := strconv.Atoi(c["cores"])
 	mem, _ := strconv.Atoi(c["memory"])
 	name := c["name"]
@@ -452,12 +457,7 @@ func (a *nodeAPI) run(log io.Writer, args []string) error {
 // vm_reset: VM.PowerMgmt on /vms/{vmid}; workers qmstart, qmstop,
 // qmreset).
 func (a *nodeAPI) power(vmid int, op string) {
-	if err := a.check(fmt.Sprintf("/vms/%d", vmid), []string{"VM.PowerMgmt"}, false); err != nil {
-		a.fail(err)
-		return
-	}
-	if _, err := a.qm(io.Discard).Config(vmid); err != nil {
-		a.fail(err)
+	if _, ok := a.vm(vmid, "VM.PowerMgmt"); !ok {
 		return
 	}
 	a.worker("qm"+op, strconv.Itoa(vmid), false, func(log io.Writer) error {
@@ -470,13 +470,8 @@ func (a *nodeAPI) power(vmid int, op string) {
 // "resize" since qemu-server 8.1).
 func (a *nodeAPI) resize(vmid int) {
 	disk, size := a.r.PostForm.Get("disk"), a.r.PostForm.Get("size")
-	if err := a.check(fmt.Sprintf("/vms/%d", vmid), []string{"VM.Config.Disk"}, false); err != nil {
-		a.fail(err)
-		return
-	}
-	c, err := a.qm(io.Discard).Config(vmid)
-	if err != nil {
-		a.fail(err)
+	c, ok := a.vm(vmid, "VM.Config.Disk")
+	if !ok {
 		return
 	}
 	if st, _, ok := strings.Cut(c[disk], ":"); ok {
@@ -493,12 +488,7 @@ func (a *nodeAPI) resize(vmid int) {
 // destroy is DELETE qemu/{vmid} (destroy_vm: VM.Allocate; worker
 // qmdestroy). A running VM is refused in the worker.
 func (a *nodeAPI) destroy(vmid int) {
-	if err := a.check(fmt.Sprintf("/vms/%d", vmid), []string{"VM.Allocate"}, false); err != nil {
-		a.fail(err)
-		return
-	}
-	if _, err := a.qm(io.Discard).Config(vmid); err != nil {
-		a.fail(err)
+	if _, ok := a.vm(vmid, "VM.Allocate"); !ok {
 		return
 	}
 	a.worker("qmdestroy", strconv.Itoa(vmid), false, func(log io.Writer) error {
