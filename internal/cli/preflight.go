@@ -64,7 +64,10 @@ func (r *run) preflight(ctx context.Context, selected []step.Phase, skip []strin
 	}
 	if err := preflight.Verdict(results); err != nil {
 		fmt.Fprintf(r.o.Err, "error: %s\n", r.x.String(err.Error()))
-		if !show {
+		switch hint := nextHint(err); {
+		case hint != "":
+			fmt.Fprint(r.o.Err, hint)
+		case !show:
 			fmt.Fprintf(r.o.Err, "next: fix what it names, or skip a check with --skip-preflight NAME\n")
 		}
 		return reported{err}

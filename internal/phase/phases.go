@@ -93,10 +93,12 @@ func checkAPIAccess(ctx context.Context, s *session.Session) error {
 	if !s.API() {
 		return nil
 	}
-	_, err := proxmox.CheckAccess(ctx, s.ProxmoxAPI(), s.Config.Cluster.Spec.Proxmox.MgmtctlTokenID, func(major int) []pveaccess.Grant {
-		return MgmtctlGrants(s.Config, major)
+	return s.Once("proxmox-access", func() error {
+		_, err := proxmox.CheckAccess(ctx, s.ProxmoxAPI(), s.Config.Cluster.Spec.Proxmox.MgmtctlTokenID, func(major int) []pveaccess.Grant {
+			return MgmtctlGrants(s.Config, major)
+		})
+		return err
 	})
-	return err
 }
 
 // MgmtctlGrants is what mgmtctl's own token needs for the config's

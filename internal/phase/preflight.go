@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/mgmtctl/mgmtctl/internal/capi"
+	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/preflight"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
@@ -51,7 +55,8 @@ func Preflight(s *session.Session, selected []step.Phase, rel *preflight.Release
 		}}
 	}
 	if has[step.TagVM] {
-		checks = append(checks, exists("image", c.Spec.Image.URL, "spec.image.url is not there"))
+		checks = append(checks, exists("image", c.Spec.Image.URL, "spec.image.url is not there"),
+			preflight.Check{Name: "proxmox", Run: func(ctx context.Context) (string, error) { return proxmoxPlace(ctx, s) }})
 	}
 	if has[step.TagK3s] {
 		v := c.Spec.K3s.Version
@@ -79,6 +84,9 @@ func Preflight(s *session.Session, selected []step.Phase, rel *preflight.Release
 			checks = append(checks, exists("provider-"+strings.ToLower(string(p.Type)), url,
 				fmt.Sprintf("spec.providers[%d] %s %s %s is not released", i, p.Type, p.Name, p.Version)))
 		}
+		checks = append(checks, preflight.Check{Name: "provider-contracts", Run: func(ctx context.Context) (string, error) {
+			return providerContracts(ctx, rel, c.Spec.Providers)
+		}})
 	}
 	after := has[step.TagAddons] || has[step.TagCAPI] || has[step.TagKubeconfig] || has[step.TagInspector]
 	if (!has[step.TagVM] && (has[step.TagK3s] || after)) || (!has[step.TagK3s] && after) {
@@ -134,6 +142,47 @@ func prerequisites(ctx context.Context, s *session.Session, vm, k3sToo bool) (st
 	return strings.Join(ok, ", "), nil
 }
 
+// proxmoxPlace looks at each server's node before the vm phase makes
+// anything there (proxmox.Node.CheckPlace): in api access, the token's
+// permissions first.
+func proxmoxPlace(ctx context.Context, s *session.Session) (string, error) {
+	if err := checkAPIAccess(ctx, s); err != nil {
+		return "", err
+	}
+	var out []string
+	for _, srv := range s.Config.Servers() {
+		n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
+		if s.API() {
+			n.API = s.ProxmoxAPI()
+		} else {
+			h, err := s.Host(ctx, s.ProxmoxTarget(srv))
+			if err != nil {
+				return "", err
+			}
+			n.Host = h
+		}
+		d, err := n.CheckPlace(ctx, probeAddress)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, d)
+	}
+	return strings.Join(out, "; "), nil
+}
+
+// probeAddress says whether a host answers at addr: a TCP connection
+// accepted, or refused (an RST is an answer too), within a second. No
+// answer (a timeout, no route, no ARP reply) is a free address.
+func probeAddress(ctx context.Context, addr string) (bool, error) {
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		c.Close()
+		return true, nil
+	}
+	return errors.Is(err, syscall.ECONNREFUSED), nil
+}
+
 // chartReleased says the chart repository lists the pinned version (its
 // index.yaml, as `helm repo add` reads it); a version found once is
 // remembered.
@@ -176,6 +225,40 @@ func chartReleased(ctx context.Context, rel *preflight.Released, repo, chart, ve
 		}
 	}
 	return "", fmt.Errorf("chart %s %s is not in %s (%d versions of it there)", chart, version, repo, len(idx.Entries[chart]))
+}
+
+// providerContracts reads each provider release's metadata.yaml where
+// clusterctl's registry (and so the operator) reads it, and checks the
+// pinned set's contracts as clusterctl's installer does
+// (capi.CheckContracts). A provider the registry does not list, or whose
+// release is not there (its provider-* check says so), is left out.
+func providerContracts(ctx context.Context, rel *preflight.Released, providers []config.Provider) (string, error) {
+	var pinned []capi.Pinned
+	for _, p := range providers {
+		known, ok := providerReleases[string(p.Type)+"/"+p.Name]
+		if !ok {
+			continue
+		}
+		url := "https://github.com/" + known.repo + "/releases/download/" + p.Version + "/metadata.yaml"
+		b, _, err := rel.Get(ctx, url)
+		var missing *preflight.MissingError
+		switch {
+		case errors.As(err, &missing):
+			continue
+		case err != nil:
+			return "", err
+		}
+		m, err := capi.ParseMetadata(b)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", url, err)
+		}
+		pinned = append(pinned, capi.Pinned{Provider: p, Metadata: m})
+	}
+	contracts, problems := capi.CheckContracts(pinned)
+	if len(problems) > 0 {
+		return "", fmt.Errorf("the pinned providers do not agree (spec.providers; each release's metadata.yaml): %s", strings.Join(problems, "; "))
+	}
+	return strings.Join(contracts, ", "), nil
 }
 
 // providerReleases are where clusterctl's provider registry fetches each

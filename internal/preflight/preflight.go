@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -114,6 +115,7 @@ type Released struct {
 
 	mu    sync.Mutex
 	known map[string]time.Time
+	files map[string]string
 }
 
 // Known says key (a URL) was found before.
@@ -145,6 +147,62 @@ func (r *Released) Remember(key string) {
 	if os.WriteFile(tmp, b, 0o600) == nil {
 		_ = os.Rename(tmp, r.Cache)
 	}
+}
+
+// filesCache is where Get keeps the small files it fetched.
+func (r *Released) filesCache() string { return strings.TrimSuffix(r.Cache, ".json") + "-files.json" }
+
+// Get returns a small release file's body (a metadata.yaml): from the
+// cache, or a GET, whose answer is kept (a release's files do not
+// change). Like Exists, a 404 is a *MissingError and no answer a
+// *SkippedError.
+func (r *Released) Get(ctx context.Context, url string) (body []byte, cached bool, err error) {
+	r.mu.Lock()
+	if r.files == nil {
+		r.files = map[string]string{}
+		if b, err := os.ReadFile(r.filesCache()); err == nil {
+			_ = json.Unmarshal(b, &r.files)
+		}
+	}
+	if b, ok := r.files[url]; ok {
+		r.mu.Unlock()
+		return []byte(b), true, nil
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	resp, err := r.Client().Do(req)
+	if err != nil {
+		var dns *net.DNSError
+		var op *net.OpError
+		if errors.As(err, &dns) || errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, false, &SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", url, err)}
+		}
+		return nil, false, fmt.Errorf("%s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, false, &MissingError{URL: url, Status: resp.Status}
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", url, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.files[url] = string(b)
+	if out, err := json.MarshalIndent(r.files, "", "  "); err == nil {
+		_ = os.MkdirAll(filepath.Dir(r.Cache), 0o700)
+		tmp := r.filesCache() + ".tmp"
+		if os.WriteFile(tmp, out, 0o600) == nil {
+			_ = os.Rename(tmp, r.filesCache())
+		}
+	}
+	return b, false, nil
 }
 
 // Client is the HTTP client the checks use.

@@ -16,11 +16,13 @@ import (
 
 // fakeAPI is the API's reads over a fixed cluster.
 type fakeAPI struct {
-	version string
-	vms     []pve.Resource
-	configs map[int]map[string]string
-	volumes []pve.Volume
-	perms   map[string]map[string]bool
+	version  string
+	vms      []pve.Resource
+	configs  map[int]map[string]string
+	volumes  []pve.Volume
+	perms    map[string]map[string]bool
+	storages map[string]pve.StorageStatus
+	ifaces   map[string]pve.Interface
 }
 
 func (f *fakeAPI) Version(context.Context) (string, error)     { return f.version, nil }
@@ -30,6 +32,20 @@ func (f *fakeAPI) Content(context.Context, string, string, string) ([]pve.Volume
 }
 func (f *fakeAPI) VMConfig(_ context.Context, _ string, vmid int) (map[string]string, error) {
 	return f.configs[vmid], nil
+}
+func (f *fakeAPI) Storage(_ context.Context, _, storage string) (pve.StorageStatus, error) {
+	st, ok := f.storages[storage]
+	if !ok {
+		return st, &pve.APIError{Status: 400, Message: "Parameter verification failed.", Errors: map[string]string{"storage": "No such storage."}}
+	}
+	return st, nil
+}
+func (f *fakeAPI) Interface(_ context.Context, _, iface string) (pve.Interface, error) {
+	i, ok := f.ifaces[iface]
+	if !ok {
+		return i, &pve.APIError{Status: 400, Message: "Parameter verification failed.", Errors: map[string]string{"iface": "interface does not exist"}}
+	}
+	return i, nil
 }
 func (f *fakeAPI) FileRead(context.Context, string, int, string) (string, error) { return "", nil }
 func (f *fakeAPI) Permissions(_ context.Context, path string) (map[string]bool, error) {
@@ -130,5 +146,59 @@ func TestCheckAccess(t *testing.T) {
 	var me *pveaccess.MissingError
 	if !errors.As(err, &me) || len(me.Missing) != 2 || !strings.Contains(err.Error(), "on /vms/110: VM.Config.Cloudinit") || !strings.Contains(err.Error(), "on /nodes/pve: Sys.AccessNetwork") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestCheckPlace: the preflight's look at the node, through the API (the
+// same decisions as over SSH, from the same reads).
+func TestCheckPlace(t *testing.T) {
+	good := func() *fakeAPI {
+		return &fakeAPI{version: "9.2.11",
+			storages: map[string]pve.StorageStatus{"local-lvm": {Type: "lvmthin", Content: "images,rootdir", Enabled: 1, Active: 1, Avail: 100 << 30},
+				"local": {Type: "dir", Content: "iso,vztmpl,backup,import", Enabled: 1, Active: 1, Avail: 50 << 30}},
+			ifaces: map[string]pve.Interface{"vmbr0": {Type: "bridge"}}}
+	}
+	free := func(context.Context, string) (bool, error) { return false, nil }
+	for _, tc := range []struct {
+		name   string
+		change func(f *fakeAPI)
+		probe  Prober
+		want   string
+	}{
+		{name: "all good", want: "VMID 110 free on pve: local-lvm has 100G free, bridge vmbr0, 192.0.2.50 free"},
+		{name: "ours already", change: func(f *fakeAPI) {
+			f.vms = []pve.Resource{{VMID: 110, Node: "pve", Name: "lab-mgmt", Tags: "mgmtctl"}}
+		}, want: "VM 110 (lab-mgmt) exists on pve"},
+		{name: "another VM", change: func(f *fakeAPI) { f.vms = []pve.Resource{{VMID: 110, Node: "pve2", Name: "db"}} },
+			want: `error: VMID 110 belongs to another VM on pve2 (name "db", tags "")`},
+		{name: "no room", change: func(f *fakeAPI) { s := f.storages["local-lvm"]; s.Avail = 10 << 30; f.storages["local-lvm"] = s },
+			want: "error: storage local-lvm on pve has 10G free, and the VM's disk needs 30G"},
+		{name: "no such storage", change: func(f *fakeAPI) { delete(f.storages, "local-lvm") },
+			want: "error: storage local-lvm on pve: Proxmox API"},
+		{name: "no import content", change: func(f *fakeAPI) { s := f.storages["local"]; s.Content = "iso,vztmpl,backup"; f.storages["local"] = s },
+			want: "error: storage local on pve has no 'import' content"},
+		{name: "no bridge", change: func(f *fakeAPI) { delete(f.ifaces, "vmbr0") },
+			want: "error: bridge vmbr0 does not exist on pve"},
+		{name: "address taken", probe: func(context.Context, string) (bool, error) { return true, nil },
+			want: "error: 192.0.2.50 already answers (its port 22)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := good()
+			if tc.change != nil {
+				tc.change(f)
+			}
+			probe := free
+			if tc.probe != nil {
+				probe = tc.probe
+			}
+			n := &Node{Spec: apiSpec(), API: f}
+			got, err := n.CheckPlace(context.Background(), probe)
+			if err != nil {
+				got = "error: " + err.Error()
+			}
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("got %q, want %q...", got, tc.want)
+			}
+		})
 	}
 }

@@ -231,6 +231,42 @@ func (c *Client) Permissions(ctx context.Context, path string) (map[string]bool,
 	return out, nil
 }
 
+// StorageStatus is GET /nodes/{node}/storage/{storage}/status (pve-storage
+// src/PVE/API2/Storage/Status.pm read_status): its content types, whether
+// it is enabled and active, and its sizes in bytes.
+type StorageStatus struct {
+	Type    string `json:"type"`
+	Content string `json:"content"`
+	Enabled int    `json:"enabled"`
+	Active  int    `json:"active"`
+	Total   int64  `json:"total"`
+	Used    int64  `json:"used"`
+	Avail   int64  `json:"avail"`
+}
+
+// Storage reads a storage's status on a node.
+func (c *Client) Storage(ctx context.Context, node, storage string) (StorageStatus, error) {
+	var out StorageStatus
+	err := c.Get(ctx, "/nodes/"+url.PathEscape(node)+"/storage/"+url.PathEscape(storage)+"/status", nil, &out)
+	return out, err
+}
+
+// Interface is GET /nodes/{node}/network/{iface} (pve-manager
+// PVE/API2/Network.pm network_config: the node's
+// /etc/network/interfaces): the interface's type ("bridge", ...).
+type Interface struct {
+	Type       string `json:"type"`
+	VLANAware  int    `json:"bridge_vlan_aware"`
+	BridgePort string `json:"bridge_ports"`
+}
+
+// Interface reads one of a node's network interfaces.
+func (c *Client) Interface(ctx context.Context, node, iface string) (Interface, error) {
+	var out Interface
+	err := c.Get(ctx, "/nodes/"+url.PathEscape(node)+"/network/"+url.PathEscape(iface), nil, &out)
+	return out, err
+}
+
 // VMPath is the API path of a VM on a node.
 func VMPath(node string, vmid int) string {
 	return "/nodes/" + url.PathEscape(node) + "/qemu/" + strconv.Itoa(vmid)
@@ -348,6 +384,8 @@ type Reader interface {
 	Content(ctx context.Context, node, storage, content string) ([]Volume, error)
 	FileRead(ctx context.Context, node string, vmid int, file string) (string, error)
 	Permissions(ctx context.Context, path string) (map[string]bool, error)
+	Storage(ctx context.Context, node, storage string) (StorageStatus, error)
+	Interface(ctx context.Context, node, iface string) (Interface, error)
 }
 
 // ReadOnly is c's reads only: nothing behind it to assert a Client from.
@@ -362,6 +400,12 @@ func (r readOnly) VMConfig(ctx context.Context, node string, vmid int) (map[stri
 }
 func (r readOnly) Content(ctx context.Context, node, storage, content string) ([]Volume, error) {
 	return r.c.Content(ctx, node, storage, content)
+}
+func (r readOnly) Storage(ctx context.Context, node, storage string) (StorageStatus, error) {
+	return r.c.Storage(ctx, node, storage)
+}
+func (r readOnly) Interface(ctx context.Context, node, iface string) (Interface, error) {
+	return r.c.Interface(ctx, node, iface)
 }
 func (r readOnly) Permissions(ctx context.Context, path string) (map[string]bool, error) {
 	return r.c.Permissions(ctx, path)

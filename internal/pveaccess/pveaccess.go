@@ -101,7 +101,8 @@ func CAPMOX(major int, storage, bridge string) []Grant {
 //   - Datastore.AllocateTemplate and Datastore.Audit on the image's
 //     storage (download-url; its 'import' content listed and imported);
 //   - Sys.AccessNetwork on each node (download-url probes the network:
-//     it takes this, or Sys.Audit with Sys.Modify on /);
+//     it takes this, or Sys.Audit with Sys.Modify on /), and Sys.Audit
+//     there (the preflight reads the bridge: network_config);
 //   - SDN.Use on the bridge, propagated to its VLANs
 //     (/sdn/zones/localnetwork/<bridge>/<tag>).
 func Mgmtctl(major int, vmids []int, nodes []string, storage, imageStorage, bridge string) []Grant {
@@ -118,7 +119,7 @@ func Mgmtctl(major int, vmids []int, nodes []string, storage, imageStorage, brid
 		out = append(out, Grant{Path: "/vms/" + strconv.Itoa(id), Role: Role{"Mgmtctl.VM", vm}})
 	}
 	for _, n := range nodes {
-		out = append(out, Grant{Path: "/nodes/" + n, Role: Role{"Mgmtctl.Network", []string{"Sys.AccessNetwork"}}})
+		out = append(out, Grant{Path: "/nodes/" + n, Role: Role{"Mgmtctl.Node", []string{"Sys.AccessNetwork", "Sys.Audit"}}})
 	}
 	if storage == imageStorage {
 		out = append(out, Grant{Path: "/storage/" + storage, Role: Role{"Mgmtctl.Storage", []string{"Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}}})

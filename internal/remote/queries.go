@@ -91,6 +91,26 @@ func ClusterVMs() Query {
 	return look("pvesh", "get", "/cluster/resources", "--type", "vm", "--output-format", "json")
 }
 
+// PVEGet is `pvesh get PATH --output-format json` on a Proxmox node: an
+// API read through the node's own CLI. pvesh exits 255 with the API's
+// error on stderr (a missing storage or interface), and a shell 127 when
+// the host has no pvesh (no Proxmox VE node): results.
+func PVEGet(path string) Query {
+	return look("pvesh", "get", path, "--output-format", "json").Allow(127, 255)
+}
+
+// VMConfigFiles prints, for each node of the Proxmox cluster whose
+// config holds vmid, the file's path and then the file: pmxcfs's
+// /etc/pve/nodes/<node>/qemu-server/<vmid>.conf, where a VMID exists once
+// in the cluster. Nothing when the VMID is free. It reads files only (no
+// qm, whose Perl start-up takes a real node a third of a second).
+func VMConfigFiles(vmid string) Query {
+	return lookScript("read VM "+vmid+"'s config in /etc/pve", `for f in /etc/pve/nodes/*/qemu-server/"$1".conf; do
+  [ -e "$f" ] || continue
+  printf '#path %s\n' "$f"; cat -- "$f"
+done`, vmid)
+}
+
 // PVEVersion is pveversion on a Proxmox node:
 // "pve-manager/<version>/<repoid> (running kernel: <kernel>)".
 func PVEVersion() Query { return look("pveversion") }

@@ -37,6 +37,8 @@ func TestQueryVocabulary(t *testing.T) {
 		{"ClusterVMs", ClusterVMs(), "pvesh get /cluster/resources --type vm --output-format json"},
 		{"CloudInitWait", CloudInitWait(), "cloud-init status --wait"},
 		{"PVEVersion", PVEVersion(), "pveversion"},
+		{"PVEGet", PVEGet("/nodes/pve/network/vmbr0"), "pvesh get /nodes/pve/network/vmbr0 --output-format json"},
+		{"VMConfigFiles", VMConfigFiles("110"), "sh -c 'for f in /etc/pve/nodes/*/qemu-server/\"$1\".conf; do\n  [ -e \"$f\" ] || continue\n  printf '\\''#path %s\\n'\\'' \"$f\"; cat -- \"$f\"\ndone' sh 110"},
 	}
 	var listed []string
 	for _, r := range reads {

@@ -67,6 +67,28 @@ type Session struct {
 	conns   map[string]*hostConn
 	cluster *Cluster
 	api     *pve.Client
+	once    map[string]error
+}
+
+// Once runs check the first time name is asked for in the run, and
+// returns its result every time: a look two parts of a run need (the
+// Proxmox token's permissions, for the preflight and the vm phase) is
+// made once.
+func (s *Session) Once(name string, check func() error) error {
+	s.mu.Lock()
+	if err, done := s.once[name]; done {
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	err := check()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.once == nil {
+		s.once = map[string]error{}
+	}
+	s.once[name] = err
+	return err
 }
 
 // API says the vm phase reaches the nodes through the Proxmox API

@@ -149,7 +149,7 @@ func TestAPIAccess(t *testing.T) {
 	// and leave it as it was.
 	mustSucceed(t, e.onNode("pve", "qm stop 110 && qm destroy 110 --purge && qm create 110 --name someone-else --memory 1024"), "a foreign VM")
 	foreign := e.pveState()
-	if r := keep(e.apply("--tags", "vm")); r.Code != 1 || !strings.Contains(r.Stderr, `VMID 110 belongs to another VM (name "someone-else"`) {
+	if r := keep(e.apply("--tags", "vm")); r.Code != 1 || !strings.Contains(r.Stderr, `VMID 110 belongs to another VM on pve (name "someone-else"`) {
 		t.Errorf("apply over a foreign VM: exit %d\n%s", r.Code, r.Stderr)
 	}
 	if r := keep(e.mgmtctl("destroy", "--yes")); r.Code == 0 || !strings.Contains(r.Stderr, `VM 110 on pve is not mgmtctl's (name "someone-else"`) {

@@ -3,6 +3,8 @@ package e2e
 import (
 	"strings"
 	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
 // TestPreflight: on a fresh lab, what apply would fail at half-way is
@@ -38,6 +40,51 @@ func TestPreflight(t *testing.T) {
 	if r.Code != 1 {
 		t.Errorf("preflight with a failed check: exit %d", r.Code)
 	}
+	if !strings.Contains(r.Stdout, "ok: preflight/provider-contracts: cluster-api v1beta2, bootstrap-kubeadm v1beta2, control-plane-kubeadm v1beta2, infrastructure-proxmox v1beta2, ipam-in-cluster v1beta2") {
+		t.Errorf("preflight's contracts:\n%s", r.Stdout)
+	}
+
+	// Core Cluster API of a v1beta1 series beside v1beta2 providers: the
+	// operator would install them; clusterctl refuses, and so does apply.
+	e.editConfig("  kubeconfig:", "  providers:\n    - {type: core, name: cluster-api, version: v1.8.4}\n    - {type: bootstrap, name: kubeadm, version: v1.12.11}\n"+
+		"    - {type: controlPlane, name: kubeadm, version: v1.12.11}\n    - {type: infrastructure, name: proxmox, version: v0.9.1}\n    - {type: ipam, name: in-cluster, version: v1.1.1}\n  kubeconfig:")
+	r = e.apply()
+	if r.Code != 1 || !strings.Contains(r.Stderr, `provider-contracts: the pinned providers do not agree (spec.providers; each release's metadata.yaml): installing provider "bootstrap-kubeadm" could lead to a non functioning management cluster: the target version for the provider implements the v1beta2 contract version, while the core provider is compatible with v1beta1 contract versions`) ||
+		strings.Contains(r.Stdout, "changed:") {
+		t.Errorf("apply with a v1beta1 core: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	e.editConfig("version: v1.8.4}", "version: v1.12.11}")
+	if after := e.pveState(); after != before {
+		t.Errorf("a refused run changed the lab's Proxmox")
+	}
+
+	// The Proxmox side, before anything is made there: a bridge the node
+	// does not have, a disk bigger than the thin pool's free space, an
+	// address another machine answers at (the mirror's), a VMID another
+	// VM holds.
+	e.editConfig("  k3s:\n    version: v1.35.99+k3s1\n", "")
+	for _, tc := range []struct{ from, to, want string }{
+		{"bridge: vmbr0", "bridge: vmbr9", "proxmox: bridge vmbr9 does not exist on pve (spec.vm.bridge; the node's /etc/network/interfaces)"},
+		{"diskGiB: 30", "diskGiB: 300", "proxmox: storage local-lvm on pve has 256G free, and the VM's disk needs 300G (spec.vm.diskGiB)"},
+		{"address: 192.0.2.50/24", "address: " + lab.MirrorAddr + "/24", "proxmox: " + lab.MirrorAddr + " already answers (its port 22): another machine has the address spec.vm.address gives the VM"},
+	} {
+		e.editConfig(tc.from, tc.to)
+		r := e.apply()
+		if r.Code != 1 || !strings.Contains(r.Stderr, tc.want) || strings.Contains(r.Stdout, "changed:") {
+			t.Errorf("%s: exit %d\n%s\n%s", tc.to, r.Code, r.Stdout, r.Stderr)
+		}
+		e.editConfig(tc.to, tc.from)
+	}
+	mustSucceed(t, e.PVE("qm create 110 --name someone-else --memory 1024"), "another VM at 110")
+	taken := e.pveState()
+	if r := e.apply(); r.Code != 1 || !strings.Contains(r.Stderr, `proxmox: VMID 110 belongs to another VM on pve (name "someone-else", tags "")`) {
+		t.Errorf("a VMID taken: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if e.pveState() != taken {
+		t.Errorf("a run refused for a taken VMID changed the lab's Proxmox")
+	}
+	mustSucceed(t, e.PVE("qm destroy 110"), "remove the other VM")
+	e.editConfig("  kubeconfig:", "  k3s:\n    version: v1.35.99+k3s1\n  kubeconfig:")
 
 	// A k3s bump that skips a minor is refused before its backup, with
 	// nothing changed.

@@ -93,7 +93,13 @@ func TestVMIDTakenByAnotherVM(t *testing.T) {
 	e := start(t)
 	mustSucceed(t, e.PVE("qm create 110 --name someone-else --memory 1024"), "qm create")
 	before := e.pveState()
+	// The preflight sees it first; past it, create-vm's own look (the
+	// VM could come between the two).
 	r := e.apply("--tags", "vm")
+	if r.Code != 1 || !strings.Contains(r.Stderr, `proxmox: VMID 110 belongs to another VM on pve (name "someone-else"`) {
+		t.Fatalf("exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = e.apply("--tags", "vm", "--skip-preflight", "proxmox")
 	if r.Code != 1 || !strings.Contains(r.Stderr, `vm/create-vm on pve: check: VMID 110 belongs to another VM (name "someone-else"`) {
 		t.Fatalf("exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}

@@ -311,6 +311,29 @@ func runPvesh(args []string) int {
 	if len(args) >= 2 && args[0] == "get" && args[1] == "/cluster/resources" {
 		return n.Resources(args[2:])
 	}
+	// GET /nodes/<node>/storage/<storage>/status and
+	// /nodes/<node>/network/<iface>, on the node itself, in JSON.
+	if len(args) >= 2 && args[0] == "get" {
+		p := strings.Split(strings.Trim(args[1], "/"), "/")
+		var v map[string]any
+		var err error
+		switch {
+		case len(p) == 5 && p[0] == "nodes" && p[1] == n.Name && p[2] == "storage" && p[4] == "status":
+			v, err = n.StorageStatus(p[3])
+		case len(p) == 4 && p[0] == "nodes" && p[1] == n.Name && p[2] == "network":
+			v, err = n.Interface(p[3])
+		default:
+			fmt.Fprintf(os.Stderr, "no such API path in the lab: %s\n", strings.Join(args, " "))
+			return 255
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%v\n\npvesh get <api_path> [OPTIONS] [FORMAT_OPTIONS]\n", err)
+			return 255
+		}
+		b, _ := json.Marshal(v)
+		fmt.Println(string(b))
+		return 0
+	}
 	fmt.Fprintf(os.Stderr, "no such API path in the lab: %s\n", strings.Join(args, " "))
 	return 255
 }

@@ -87,18 +87,22 @@ func (p Provider) AssetURL(v, asset string) string {
 	return fmt.Sprintf("https://github.com/%s/releases/download/%s/%s", p.Repo, v, asset)
 }
 
-// Providers are the providers of a Proxmox management cluster.
+// Providers are the providers of a Proxmox management cluster. Cluster
+// API's v1.8.4 (a v1beta1 release series) is there for its metadata.yaml:
+// pinned beside v1beta2 providers, it is the contract mismatch clusterctl
+// refuses (the mirror serves the pin's components under it; nothing
+// should install them).
 var Providers = []Provider{
 	{Type: "core", Kind: "CoreProvider", Name: "cluster-api", Repo: "kubernetes-sigs/cluster-api", Components: "core-components.yaml",
-		Versions: []string{"v1.12.10", "v1.12.11"}, Namespace: "capi-system", Deployment: "capi-controller-manager", Prefix: "capi-",
+		Versions: []string{"v1.8.4", "v1.12.10", "v1.12.11"}, Namespace: "capi-system", Deployment: "capi-controller-manager", Prefix: "capi-",
 		Image: "registry.k8s.io/cluster-api/cluster-api-controller", Metadata: "cluster-api/metadata.yaml",
 		CRDs: []string{"cluster-api/cluster.x-k8s.io_*.yaml", "cluster-api/addons.cluster.x-k8s.io_*.yaml", "cluster-api/runtime.cluster.x-k8s.io_*.yaml", "cluster-api/ipam.cluster.x-k8s.io_*.yaml"}},
 	{Type: "bootstrap", Kind: "BootstrapProvider", Name: "kubeadm", Repo: "kubernetes-sigs/cluster-api", Components: "bootstrap-components.yaml",
-		Versions: []string{"v1.12.10", "v1.12.11"}, Namespace: "capi-kubeadm-bootstrap-system", Deployment: "capi-kubeadm-bootstrap-controller-manager", Prefix: "capi-kubeadm-bootstrap-",
+		Versions: []string{"v1.8.4", "v1.12.10", "v1.12.11"}, Namespace: "capi-kubeadm-bootstrap-system", Deployment: "capi-kubeadm-bootstrap-controller-manager", Prefix: "capi-kubeadm-bootstrap-",
 		Image: "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller", Metadata: "cluster-api/metadata.yaml",
 		CRDs: []string{"cluster-api/bootstrap.cluster.x-k8s.io_*.yaml"}},
 	{Type: "control-plane", Kind: "ControlPlaneProvider", Name: "kubeadm", Repo: "kubernetes-sigs/cluster-api", Components: "control-plane-components.yaml",
-		Versions: []string{"v1.12.10", "v1.12.11"}, Namespace: "capi-kubeadm-control-plane-system", Deployment: "capi-kubeadm-control-plane-controller-manager", Prefix: "capi-kubeadm-control-plane-",
+		Versions: []string{"v1.8.4", "v1.12.10", "v1.12.11"}, Namespace: "capi-kubeadm-control-plane-system", Deployment: "capi-kubeadm-control-plane-controller-manager", Prefix: "capi-kubeadm-control-plane-",
 		Image: "registry.k8s.io/cluster-api/kubeadm-control-plane-controller", Metadata: "cluster-api/metadata.yaml",
 		CRDs: []string{"cluster-api/controlplane.cluster.x-k8s.io_*.yaml"}},
 	{Type: "infrastructure", Kind: "InfrastructureProvider", Name: "proxmox", Repo: "ionos-cloud/cluster-api-provider-proxmox", Components: "infrastructure-components.yaml",

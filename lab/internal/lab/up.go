@@ -277,7 +277,8 @@ func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
 			Users:    []host.User{{Name: "root", AuthorizedKeys: laptopKey}}, RootLogin: true,
 			Hosts: hosts, CACert: caPEM,
 			Files: map[string]host.File{
-				"/etc/labsim/lab.json": {Content: string(nodeJSON) + "\n", Mode: 0o644},
+				"/etc/labsim/lab.json":    {Content: string(nodeJSON) + "\n", Mode: 0o644},
+				"/etc/network/interfaces": {Content: networkInterfaces(n.Addr), Mode: 0o644},
 			},
 			// pmxcfs: every node sees the same /etc/pve.
 			Binds:      map[string]string{"/etc/pve": l.Pmxcfs()},
@@ -304,6 +305,30 @@ func (l *Lab) writeHostSpecs(laptopKey, caPEM string) error {
 		}
 	}
 	return nil
+}
+
+// networkInterfaces is a node's /etc/network/interfaces as the Proxmox VE
+// installer writes it (vmbr0 over the NIC, the node's address on it),
+// with vmbr0 VLAN-aware (the lab's VMs are on VLAN 4): what pve-manager's
+// network API reads.
+func networkInterfaces(addr string) string {
+	return `auto lo
+iface lo inet loopback
+
+iface eno1 inet manual
+
+auto vmbr0
+iface vmbr0 inet static
+	address ` + addr + `/24
+	gateway 192.0.2.1
+	bridge-ports eno1
+	bridge-stp off
+	bridge-fd 0
+	bridge-vlan-aware yes
+	bridge-vids 2-4094
+
+source /etc/network/interfaces.d/*
+`
 }
 
 // startDaemon runs `labsim daemon` detached from this process, so the lab

@@ -91,6 +91,21 @@ func (a *nodeAPI) fail(err error) {
 	}
 }
 
+// answer is data, or err as the lab's qm words it: "400 Parameter
+// verification failed.\n<param>: <msg>" a 400 with its parameter's error.
+func (a *nodeAPI) answer(data map[string]any, err error) {
+	if err == nil {
+		a.ok(data)
+		return
+	}
+	if rest, ok := strings.CutPrefix(err.Error(), "400 Parameter verification failed.\n"); ok {
+		k, msg, _ := strings.Cut(rest, ": ")
+		a.fail(&paramErr{k, msg})
+		return
+	}
+	a.fail(err)
+}
+
 func (a *nodeAPI) ok(data any) {
 	a.w.Header().Set("Content-Type", "application/json;charset=UTF-8")
 	_ = json.NewEncoder(a.w).Encode(map[string]any{"data": data})
@@ -126,6 +141,9 @@ func (s *Server) routeNode(w http.ResponseWriter, r *http.Request, caller string
 	if len(rest) >= 2 && rest[0] == "storage" {
 		route = r.Method + " storage/{storage}/" + strings.Join(rest[2:], "/")
 	}
+	if len(rest) == 2 && rest[0] == "network" {
+		route = r.Method + " network/{iface}"
+	}
 	if len(rest) >= 2 && rest[0] == "tasks" {
 		route = r.Method + " tasks/{upid}/" + strings.Join(rest[2:], "/")
 	}
@@ -146,6 +164,21 @@ func (s *Server) routeNode(w http.ResponseWriter, r *http.Request, caller string
 		a.fileRead(vmid)
 	case "GET storage/{storage}/content":
 		a.content(rest[1])
+	case "GET storage/{storage}/status":
+		// pve-storage read_status: Datastore.Audit or
+		// Datastore.AllocateSpace on /storage/{storage}.
+		if err := a.check("/storage/"+rest[1], []string{"Datastore.Audit", "Datastore.AllocateSpace"}, true); err != nil {
+			a.fail(err)
+			return
+		}
+		a.answer(a.qm(io.Discard).StorageStatus(rest[1]))
+	case "GET network/{iface}":
+		// pve-manager network_config: Sys.Audit on /nodes/{node}.
+		if err := a.check("/nodes/"+s.Node, []string{"Sys.Audit"}, false); err != nil {
+			a.fail(err)
+			return
+		}
+		a.answer(a.qm(io.Discard).Interface(rest[1]))
 	case "POST storage/{storage}/download-url":
 		a.downloadURL(rest[1])
 	case "GET tasks/{upid}/status":

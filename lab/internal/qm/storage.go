@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"syscall"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -150,3 +152,100 @@ func (n *Node) Config(vmid int) (Config, error) { return n.load(vmid) }
 
 // Running reports whether the VM runs.
 func (n *Node) Running(vmid int) bool { return n.running(vmid) }
+
+// ThinPoolBytes is the size of the lab's LVM thin pool (local-lvm's
+// "data"): what its status reports as total, the volumes' sizes used.
+const ThinPoolBytes = 256 << 30
+
+// StorageStatus is a storage's status as pve-storage's read_status
+// (src/PVE/API2/Storage/Status.pm, storage_info) answers it: type,
+// content, enabled, active, total, used, avail (bytes). A directory
+// storage's sizes are its file system's; the thin pool's are
+// ThinPoolBytes and the volumes in it. A storage that does not exist
+// is the parameter error "No such storage.".
+func (n *Node) StorageStatus(storeid string) (map[string]any, error) {
+	st, ok := n.Storages()[storeid]
+	if !ok {
+		return nil, fmt.Errorf("400 Parameter verification failed.\nstorage: No such storage.")
+	}
+	var contents []string
+	for c := range st.Content {
+		contents = append(contents, c)
+	}
+	sort.Strings(contents)
+	var total, used int64
+	if st.Path != "" {
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(filepath.Join(n.Root, st.Path), &fs); err == nil {
+			total = int64(fs.Blocks) * fs.Bsize
+			used = total - int64(fs.Bavail)*fs.Bsize
+		}
+	} else {
+		total = ThinPoolBytes
+		entries, _ := os.ReadDir(filepath.Join(n.Root, "var/lib/labsim/storage", storeid))
+		for _, e := range entries {
+			if size, ok := n.volumeSize(storeid + ":" + e.Name()); ok {
+				used += size
+			}
+		}
+	}
+	return map[string]any{"type": st.Type, "content": strings.Join(contents, ","), "enabled": 1, "active": 1, "shared": 0,
+		"total": total, "used": used, "avail": max(total-used, 0)}, nil
+}
+
+// Interface is one of the node's network interfaces as pve-manager's
+// network_config (PVE/API2/Network.pm) answers it, from the node's
+// /etc/network/interfaces (ifupdown2's format: "iface <name> inet
+// <method>" and its indented options, "auto <name>"); an interface not
+// there is the parameter error "interface does not exist".
+func (n *Node) Interface(name string) (map[string]any, error) {
+	b, _ := os.ReadFile(filepath.Join(n.Root, "etc/network/interfaces"))
+	var cur map[string]any
+	auto := map[string]bool{}
+	found := map[string]map[string]any{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0 || strings.HasPrefix(f[0], "#"):
+		case f[0] == "auto" || f[0] == "allow-hotplug":
+			for _, a := range f[1:] {
+				auto[a] = true
+			}
+		case f[0] == "iface" && len(f) >= 4:
+			cur = map[string]any{"iface": f[1], "method": f[3], "families": []string{f[2]}, "type": "unknown", "active": 1, "priority": len(found) + 1}
+			switch {
+			case strings.HasPrefix(f[1], "vmbr"):
+				cur["type"] = "bridge"
+			case f[1] == "lo":
+				cur["type"] = "loopback"
+			default:
+				cur["type"] = "eth"
+			}
+			found[f[1]] = cur
+		case cur != nil && len(f) >= 2:
+			key := strings.ReplaceAll(f[0], "-", "_")
+			val := strings.Join(f[1:], " ")
+			switch key {
+			case "address":
+				if a, p, ok := strings.Cut(val, "/"); ok {
+					cur["address"], cur["netmask"], cur["cidr"] = a, p, val
+					continue
+				}
+			case "bridge_vlan_aware":
+				if val == "yes" {
+					cur[key] = 1
+				}
+				continue
+			}
+			cur[key] = val
+		}
+	}
+	i, ok := found[name]
+	if !ok {
+		return nil, fmt.Errorf("400 Parameter verification failed.\niface: interface does not exist")
+	}
+	if auto[name] {
+		i["autostart"] = 1
+	}
+	return i, nil
+}
