@@ -163,6 +163,7 @@ and kubeconfigs on this laptop. A second run changes nothing.`,
 		newDestroy(g, o),
 		newProxmox(g, o),
 		newPreflight(g, o),
+		newUpgrade(g, o),
 		newVersion(o),
 	)
 	return root

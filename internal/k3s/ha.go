@@ -212,6 +212,10 @@ spec:
         - {effect: NoExecute, operator: Exists}
 `))
 
+// KubeVIPDaemonSet is the name of kube-vip's DaemonSet in kube-system (its
+// manifest, KubeVIPManifest).
+const KubeVIPDaemonSet = "kube-vip-ds"
+
 // KubeVIPManifest renders kube-vip's manifest for k3s to deploy.
 func KubeVIPManifest(s KubeVIPSpec) []byte {
 	var b bytes.Buffer

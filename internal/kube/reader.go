@@ -116,6 +116,11 @@ func (r *Reader) Deployments(ns string) Objects[*appsv1.Deployment, *appsv1.Depl
 	return objects(r.typed.AppsV1().Deployments(ns))
 }
 
+// DaemonSets reads the DaemonSets of namespace ns.
+func (r *Reader) DaemonSets(ns string) Objects[*appsv1.DaemonSet, *appsv1.DaemonSetList] {
+	return objects(r.typed.AppsV1().DaemonSets(ns))
+}
+
 // Leases reads the Leases of namespace ns.
 func (r *Reader) Leases(ns string) Objects[*coordinationv1.Lease, *coordinationv1.LeaseList] {
 	return objects(r.typed.CoordinationV1().Leases(ns))

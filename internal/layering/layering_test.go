@@ -26,8 +26,8 @@ var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess", "
 // a new package takes a place in the layering when it is written.
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
-	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess", "pve", "preflight"},
-	"phase":       append(append([]string{"session", "config", "laptop", "backup", "preflight"}, domain...), below...),
+	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess", "pve", "preflight", "upgrade"},
+	"phase":       append(append([]string{"session", "config", "laptop", "backup", "preflight", "upgrade"}, domain...), below...),
 	// The run's connections, host keys, the VM record and its way to the
 	// cluster: it knows the domain packages whose facts it keeps (the
 	// VM record wait-ssh reads, k3s's kubeconfig and etcd health).
@@ -55,6 +55,8 @@ var allowed = map[string][]string{
 	// The checks before a run's first change: a runner and the laptop's
 	// record of releases found; phase builds them.
 	"preflight": nil,
+	// upgrade plan's report: its rows, the order, rendering.
+	"upgrade": nil,
 	// Proxmox VE's privileges: what a token needs, pveum, the check.
 	"pveaccess": {"shell"},
 	// The Proxmox VE API's client (api access): calls, tasks, reads.

@@ -30,7 +30,7 @@ const (
 
 // K3sReleases are the k3s versions the lab's mirror has released; the
 // first is the stable channel's.
-var K3sReleases = []string{"v1.35.7+k3s1", "v1.36.3+k3s1", "v1.34.10+k3s1"}
+var K3sReleases = []string{"v1.35.7+k3s1", "v1.36.3+k3s1", "v1.34.10+k3s1", "v1.35.8+k3s1"}
 
 // MirrorNames are the internet names the mirror answers for.
 var MirrorNames = []string{

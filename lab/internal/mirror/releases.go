@@ -43,6 +43,49 @@ func (r *Releases) known(v string) bool {
 	return false
 }
 
+// channel is the release a channel of k3s's channel server points at
+// (k3s-io/k3s channel.yaml): "stable" the lab's stable (the first
+// version), "latest" the newest, "v1.<minor>" the newest of that minor;
+// "" for a channel there is not.
+func (r *Releases) channel(name string) string {
+	if len(r.Versions) == 0 {
+		return ""
+	}
+	if name == "stable" {
+		return r.Versions[0]
+	}
+	best := ""
+	for _, v := range r.Versions {
+		if name != "latest" && !strings.HasPrefix(v, name+".") {
+			continue
+		}
+		if best == "" || newer(v, best) {
+			best = v
+		}
+	}
+	return best
+}
+
+// newer compares two k3s release tags, vMAJOR.MINOR.PATCH+k3sBUILD.
+func newer(a, b string) bool {
+	num := func(v string) []int {
+		var out []int
+		for _, p := range strings.FieldsFunc(v, func(c rune) bool { return c < '0' || c > '9' }) {
+			n := 0
+			fmt.Sscanf(p, "%d", &n)
+			out = append(out, n)
+		}
+		return out
+	}
+	x, y := num(a), num(b)
+	for i := 0; i < len(x) && i < len(y); i++ {
+		if x[i] != y[i] {
+			return x[i] > y[i]
+		}
+	}
+	return len(x) > len(y)
+}
+
 func (r *Releases) open(v string) (io.Reader, func(), error) {
 	f, err := os.Open(r.Binary)
 	if err != nil {
@@ -81,11 +124,12 @@ func (r *Releases) serve(w http.ResponseWriter, req *http.Request, host string) 
 		_, _ = w.Write(InstallScript)
 		return true
 	case host == "update.k3s.io" && strings.HasPrefix(req.URL.Path, "/v1-release/channels/"):
-		if len(r.Versions) == 0 {
+		v := r.channel(strings.TrimPrefix(req.URL.Path, "/v1-release/channels/"))
+		if v == "" {
 			http.NotFound(w, req)
 			return true
 		}
-		http.Redirect(w, req, "https://github.com/k3s-io/k3s/releases/tag/"+r.Versions[0], http.StatusFound)
+		http.Redirect(w, req, "https://github.com/k3s-io/k3s/releases/tag/"+v, http.StatusFound)
 		return true
 	case host == "github.com" && strings.HasPrefix(req.URL.Path, "/k3s-io/k3s/releases/tag/"):
 		w.WriteHeader(http.StatusOK)
