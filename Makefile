@@ -17,6 +17,7 @@ build:
 
 vet:
 	bash hack/modules-aligned.sh
+	@out=$$(gofmt -l cmd internal hack lab); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
 	cd lab && $(GO) vet ./...
 	cd lab/upstream && $(GO) mod verify >/dev/null

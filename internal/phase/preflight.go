@@ -63,6 +63,22 @@ func Preflight(s *session.Session, selected []step.Phase, rel *preflight.Release
 		checks = append(checks,
 			exists("k3s-release", k3sReleases+v+"/sha256sum-amd64.txt", fmt.Sprintf("spec.k3s.version %s is not a k3s release (https://github.com/k3s-io/k3s/releases lists them)", v)),
 			exists("k3s-installer", c.Spec.K3s.InstallScriptURL, "spec.k3s.installScriptURL is not there"))
+		if c.Spec.VIP.Addr.IsValid() {
+			img := c.Spec.VIP.Image + ":" + c.Spec.VIP.Version
+			checks = append(checks, preflight.Check{Name: "kube-vip-image", Run: func(ctx context.Context) (string, error) {
+				cached, err := rel.ImageExists(ctx, c.Spec.VIP.Image, c.Spec.VIP.Version)
+				var missing *preflight.MissingError
+				switch {
+				case errors.As(err, &missing):
+					return "", fmt.Errorf("spec.vip.version %s: %s is not in its registry (each server's kubelet would fail to pull it, and the VIP never come up): %w", c.Spec.VIP.Version, img, err)
+				case err != nil:
+					return "", err
+				case cached:
+					return img + " (found before)", nil
+				}
+				return img, nil
+			}})
+		}
 	}
 	if has[step.TagAddons] {
 		for _, ch := range []struct{ name, chart, repo, version string }{

@@ -171,7 +171,8 @@ func TestAPIAccess(t *testing.T) {
 
 	// The token's secret: in no output, no laptop file but secrets.yaml
 	// (the debug logs included), no process's arguments.
-	e.secretNowhere(secret, "mgmtctl's token secret", outputs)}
+	e.secretNowhere(secret, "mgmtctl's token secret", outputs)
+}
 
 // TestAPIAccessHA: three servers on three nodes through one node's API
 // (it proxies the others' paths), every sshd stopped; a converged run

@@ -139,4 +139,5 @@ func TestS3Restore(t *testing.T) {
 
 	// The secret key: in no output, no laptop file but secrets.yaml (the
 	// debug logs included), no process's arguments.
-	e.secretNowhere(secret, "the S3 secret key", outputs)}
+	e.secretNowhere(secret, "the S3 secret key", outputs)
+}

@@ -54,6 +54,20 @@ func TestPreflight(t *testing.T) {
 		t.Errorf("apply with a v1beta1 core: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	e.editConfig("version: v1.8.4}", "version: v1.12.11}")
+
+	// kube-vip's image, with a VIP: a tag its registry does not have is
+	// refused, the pinned one found (ghcr.io's token flow, then the
+	// manifest).
+	e.editConfig("  kubeconfig:", "  vip:\n    address: 192.0.2.60\n    version: v9.9.9\n  kubeconfig:")
+	r = e.mgmtctl("preflight")
+	if r.Code != 1 || !strings.Contains(r.Stdout, "failed: preflight/kube-vip-image: spec.vip.version v9.9.9: ghcr.io/kube-vip/kube-vip:v9.9.9 is not in its registry") {
+		t.Errorf("a kube-vip tag not released: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	e.editConfig("version: v9.9.9", "version: v1.2.3")
+	if r = e.mgmtctl("preflight"); !strings.Contains(r.Stdout, "ok: preflight/kube-vip-image: ghcr.io/kube-vip/kube-vip:v1.2.3") {
+		t.Errorf("the pinned kube-vip image: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	e.editConfig("  vip:\n    address: 192.0.2.60\n    version: v1.2.3\n", "")
 	if after := e.pveState(); after != before {
 		t.Errorf("a refused run changed the lab's Proxmox")
 	}

@@ -43,6 +43,13 @@ func ChartVersions(name string) []string {
 // IndexURL is where a repository's index lives.
 func IndexURL(repo string) string { return strings.TrimSuffix(repo, "/") + "/index.yaml" }
 
+// Images are the container images the lab's registries hold, by
+// repository, with their tags: what a registry's distribution API
+// answers for (mirror/registry.go). kube-vip's is the one mgmtctl pins.
+var Images = map[string][]string{
+	"ghcr.io/kube-vip/kube-vip": {"v1.2.3"},
+}
+
 // Provider is a provider clusterctl has predefined (cluster-api v1.12
 // cmd/clusterctl/client/config/providers_client.go), so the operator needs
 // no fetchConfig for it.

@@ -121,7 +121,7 @@ func (l *Lab) grant(lines []string) (string, error) {
 }
 
 // splitShell splits a line package shell joined: words separated by
-// spaces, a word in single quotes taken as is ('\'' for a quote).
+// spaces, a word in single quotes taken as is ('\” for a quote).
 func splitShell(line string) ([]string, error) {
 	var out []string
 	var cur strings.Builder

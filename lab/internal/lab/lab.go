@@ -35,7 +35,7 @@ var K3sReleases = []string{"v1.35.7+k3s1", "v1.36.3+k3s1", "v1.34.10+k3s1", "v1.
 // MirrorNames are the internet names the mirror answers for.
 var MirrorNames = []string{
 	"cloud-images.ubuntu.com", "get.k3s.io", "update.k3s.io", "github.com", "api.github.com", "objects.githubusercontent.com",
-	"charts.jetstack.io", "kubernetes-sigs.github.io", "quay.io", "registry.k8s.io",
+	"charts.jetstack.io", "kubernetes-sigs.github.io", "quay.io", "registry.k8s.io", "ghcr.io",
 }
 
 // Lab is one lab, kept in Dir.

@@ -45,6 +45,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if host == "api.github.com" && s.serveGitHubAPI(w, r) {
 		return
 	}
+	if serveRegistry(w, r, host) {
+		return
+	}
 	clean := filepath.Clean("/" + r.URL.Path)
 	p := filepath.Join(s.Root, host, clean)
 	fi, err := os.Stat(p)

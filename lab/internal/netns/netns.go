@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Subnet is the lab's only network.
@@ -100,9 +102,15 @@ func (n Net) AddHost(host, addr, ifTag, mac string) error {
 	return nil
 }
 
-// RemoveHost kills every process in host's namespace and deletes it (its
-// veth goes with it). A namespace that is already gone is not an error.
+// RemoveHost unplugs host from the bridge, then kills every process in
+// its namespace and deletes it. The bridge port goes first and at once:
+// the kernel frees a namespace (and the veth in it) some time after its
+// last process, and until then its stack would answer at its address (a
+// TCP reset to a port nothing listens on any more), where a machine
+// powered off is silent at once. A namespace that is already gone is not
+// an error. (AddHost names the port after the host.)
 func (n Net) RemoveHost(host string) error {
+	_, _ = Run("ip", "-n", n.NS("net"), "link", "del", "v-"+host)
 	return remove(n.NS(host))
 }
 
@@ -115,13 +123,26 @@ func remove(ns string) error {
 	return err
 }
 
-// KillAll kills every process in the namespace.
+// KillAll kills every process in the namespace and waits (up to ten
+// seconds) until none is left: a SIGKILL is delivered asynchronously,
+// and until the last process is gone the namespace lives on, its
+// addresses answering (a halted VM's TCP stack refusing connections, as
+// a powered-off machine's never does). Processes started meanwhile are
+// killed too.
 func KillAll(ns string) {
-	out, _ := Run("ip", "netns", "pids", ns)
-	for _, f := range strings.Fields(out) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			_ = exec.Command("kill", "-KILL", strconv.Itoa(pid)).Run()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := Run("ip", "netns", "pids", ns)
+		pids := strings.Fields(out)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return
 		}
+		for _, f := range pids {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
