@@ -121,16 +121,25 @@ func MgmtctlGrants(l *config.Loaded, major int) []pveaccess.Grant {
 // gatherNode connects to srv's Proxmox node (locked, in a run that may
 // change it) and gathers the vm phase's facts.
 func gatherNode(ctx context.Context, s *session.Session, srv config.Server, n *proxmox.Node) error {
+	if err := nodeReader(ctx, s, srv, n); err != nil {
+		return err
+	}
+	return n.Gather(ctx)
+}
+
+// nodeReader gives n the node: the API in api access, else the SSH
+// connection (read-only in this session).
+func nodeReader(ctx context.Context, s *session.Session, srv config.Server, n *proxmox.Node) error {
 	if s.API() {
 		n.API = s.ProxmoxAPI()
-		return n.Gather(ctx)
+		return nil
 	}
 	h, err := s.Host(ctx, s.ProxmoxTarget(srv))
 	if err != nil {
 		return err
 	}
 	n.Host = h
-	return n.Gather(ctx)
+	return nil
 }
 
 // verifyVMKey checks the running VM's host key before the phase changes

@@ -120,14 +120,8 @@ func prerequisites(ctx context.Context, s *session.Session, vm, k3sToo bool) (st
 	for i, srv := range s.Config.Servers() {
 		if !vm {
 			n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
-			if s.API() {
-				n.API = s.ProxmoxAPI()
-			} else {
-				h, err := s.Host(ctx, s.ProxmoxTarget(srv))
-				if err != nil {
-					return "", err
-				}
-				n.Host = h
+			if err := nodeReader(ctx, s, srv, n); err != nil {
+				return "", err
 			}
 			if err := n.GatherVM(ctx); err != nil {
 				return "", err
@@ -168,14 +162,8 @@ func proxmoxPlace(ctx context.Context, s *session.Session) (string, error) {
 	var out []string
 	for _, srv := range s.Config.Servers() {
 		n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
-		if s.API() {
-			n.API = s.ProxmoxAPI()
-		} else {
-			h, err := s.Host(ctx, s.ProxmoxTarget(srv))
-			if err != nil {
-				return "", err
-			}
-			n.Host = h
+		if err := nodeReader(ctx, s, srv, n); err != nil {
+			return "", err
 		}
 		d, err := n.CheckPlace(ctx, probeAddress)
 		if err != nil {
@@ -226,21 +214,35 @@ func chartReleased(ctx context.Context, rel *preflight.Released, repo, chart, ve
 	if err != nil {
 		return "", err
 	}
+	versions, err := chartVersions(b, chart)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", index, err)
+	}
+	for _, v := range versions {
+		if v == version {
+			rel.Remember(key)
+			return chart + " " + version + " in " + repo, nil
+		}
+	}
+	return "", fmt.Errorf("chart %s %s is not in %s (%d versions of it there)", chart, version, repo, len(versions))
+}
+
+// chartVersions are the versions a repository's index.yaml lists of
+// chart.
+func chartVersions(index []byte, chart string) ([]string, error) {
 	var idx struct {
 		Entries map[string][]struct {
 			Version string `json:"version"`
 		} `json:"entries"`
 	}
-	if err := yaml.Unmarshal(b, &idx); err != nil {
-		return "", fmt.Errorf("read %s: %w", index, err)
+	if err := yaml.Unmarshal(index, &idx); err != nil {
+		return nil, err
 	}
+	var out []string
 	for _, e := range idx.Entries[chart] {
-		if e.Version == version {
-			rel.Remember(key)
-			return chart + " " + version + " in " + repo, nil
-		}
+		out = append(out, e.Version)
 	}
-	return "", fmt.Errorf("chart %s %s is not in %s (%d versions of it there)", chart, version, repo, len(idx.Entries[chart]))
+	return out, nil
 }
 
 // providerContracts reads each provider release's metadata.yaml where

@@ -15,11 +15,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/mgmtctl/mgmtctl/internal/addons"
 	"github.com/mgmtctl/mgmtctl/internal/capi"
-	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
 	"github.com/mgmtctl/mgmtctl/internal/preflight"
@@ -50,10 +48,7 @@ func UpgradePlan(ctx context.Context, s *session.Session, rel *preflight.Release
 	img.Action = upgrade.None
 	for _, srv := range s.Config.Servers() {
 		n := &proxmox.Node{Spec: vmSpec(c, srv)}
-		if err := nodeReader(ctx, s, srv, n); err != nil {
-			return p, err
-		}
-		if err := n.Gather(ctx); err != nil {
+		if err := gatherNode(ctx, s, srv, n); err != nil {
 			return p, err
 		}
 		if n.Facts.ImageSHA256 == c.Spec.Image.SHA256 {
@@ -185,21 +180,6 @@ func UpgradePlan(ctx context.Context, s *session.Session, rel *preflight.Release
 	return p, nil
 }
 
-// nodeReader gives n the node: the API in api access, else the SSH
-// connection (read-only in this session).
-func nodeReader(ctx context.Context, s *session.Session, srv config.Server, n *proxmox.Node) error {
-	if s.API() {
-		n.API = s.ProxmoxAPI()
-		return nil
-	}
-	h, err := s.Host(ctx, s.ProxmoxTarget(srv))
-	if err != nil {
-		return err
-	}
-	n.Host = h
-	return nil
-}
-
 // versions says which k3s versions run on how many of the servers.
 func versions(installed map[string]string, servers int) string {
 	count := map[string]int{}
@@ -275,17 +255,9 @@ func newestChart(ctx context.Context, rel *preflight.Released, repo, chart, pinn
 	if err != nil {
 		return "", "its newest release was not looked up: " + err.Error()
 	}
-	var idx struct {
-		Entries map[string][]struct {
-			Version string `json:"version"`
-		} `json:"entries"`
-	}
-	if err := yaml.Unmarshal(b, &idx); err != nil {
+	vs, err := chartVersions(b, chart)
+	if err != nil {
 		return "", fmt.Sprintf("%s: %v", index, err)
-	}
-	var vs []string
-	for _, e := range idx.Entries[chart] {
-		vs = append(vs, e.Version)
 	}
 	return upgrade.NewestInLine(pinned, vs), ""
 }
