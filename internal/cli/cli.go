@@ -31,6 +31,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/statuscheck"
 	"github.com/mgmtctl/mgmtctl/internal/step"
+	"github.com/mgmtctl/mgmtctl/internal/ui"
 )
 
 // Options are everything the CLI takes from its process.
@@ -279,6 +280,7 @@ type applyFlags struct {
 	noSnapshot     bool
 	skipPreflight  []string
 	waitTimeout    time.Duration
+	timings        bool
 }
 
 func parseTags(names []string) []step.Tag {
@@ -315,6 +317,7 @@ func newApply(g *global, o *Options, plan bool) *cobra.Command {
 	cmd.Flags().BoolVar(&f.acceptNew, "accept-new-host-key", false, "learn the VM's SSH host key although this run did not create the VM")
 	cmd.Flags().BoolVar(&f.noSnapshot, "no-snapshot", false, "take no backup before a risky change (a k3s upgrade, a provider's version)")
 	cmd.Flags().StringSliceVar(&f.skipPreflight, "skip-preflight", nil, "skip these preflight checks (mgmtctl preflight names them; all: every one)")
+	cmd.Flags().BoolVar(&f.timings, "timings", false, "after the recap, say where the run's time went: the preflight, each phase, each host, the slowest steps (-o json: each step's duration_ms)")
 	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 0, "bound every wait (defaults: the VM answering SSH 5m, node Ready 5m, provider API 5m, a chart 10m, a provider 10m)")
 	if !plan {
 		cmd.Flags().BoolVar(&f.check, "check", false, "change nothing; report what would change")
@@ -369,7 +372,13 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 	if err := r.preflight(ctx, selected, f.skipPreflight, false); err != nil {
 		return err
 	}
-	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now, Lost: r.s.Lost, Exec: o.Exec(r.s)}, r.listeners(f.diff))
+	listeners := r.listeners(f.diff)
+	if f.timings && g.output != "json" {
+		t := ui.NewTimings(o.Out)
+		t.Preflight = r.preflightTook
+		listeners = engine.Listeners{listeners, t}
+	}
+	res, err := engine.Run(ctx, selected, engine.Options{Check: f.check, Now: o.Now, Lost: r.s.Lost, Exec: o.Exec(r.s)}, listeners)
 	if err != nil {
 		if g.output == "json" {
 			fmt.Fprintf(o.Err, "error: %s\n%sdebug log: %s\n", x.String(err.Error()), nextHint(err), r.log.Path)

@@ -29,7 +29,8 @@ func (r *run) preflight(ctx context.Context, selected []step.Phase, skip []strin
 	}
 	start := time.Now()
 	results := preflight.Run(ctx, checks)
-	r.log.Logger.Info("preflight", "checks", len(results), "took", time.Since(start).String())
+	r.preflightTook = time.Since(start)
+	r.log.Logger.Info("preflight", "checks", len(results), "took", r.preflightTook.String())
 	if show && r.g.output == "json" {
 		type res struct {
 			Check  string `json:"check"`

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
@@ -24,6 +25,8 @@ type run struct {
 	x   *redact.Redactor
 	log *runlog.Log
 	s   *session.Session
+	// preflightTook is how long the run's preflight took (--timings).
+	preflightTook time.Duration
 }
 
 // newRun loads the config and makes the run's session; nothing is opened

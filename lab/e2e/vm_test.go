@@ -35,10 +35,16 @@ func TestVMPhaseConverges(t *testing.T) {
 	if got := recap(t, r); !strings.Contains(got, "changed=5 ") || !strings.Contains(r.Stdout, "ok: [lab-mgmt] vm/wait-ssh: SSH answers and cloud-init is done") || !strings.Contains(r.Stdout, "changed: [lab-mgmt] vm/record-host-key: record 192.0.2.50:22") {
 		t.Errorf("first apply: %s\n%s", got, r.Stdout)
 	}
-	r = e.apply("--tags", "vm", "--detailed-exitcode")
+	r = e.apply("--tags", "vm", "--detailed-exitcode", "--timings")
 	mustSucceed(t, r, "second apply")
 	if got := recap(t, r); !strings.Contains(got, "changed=0 failed=0") {
 		t.Errorf("second apply: %s\n%s", got, r.Stdout)
+	}
+	// --timings: where the run's time went, after the recap.
+	for _, want := range []string{"\nTIMINGS ***", "\npreflight ", "\nphase vm ", "steps by host:\n", "slowest steps:\n  vm/gather-facts [pve] "} {
+		if !strings.Contains(r.Stdout[strings.Index(r.Stdout, "RECAP"):], want) {
+			t.Errorf("--timings lacks %q:\n%s", want, r.Stdout)
+		}
 	}
 	if r := e.PVE("qm config 110"); !strings.Contains(r.Stdout, "scsi0: local-lvm:vm-110-disk-0,size=30G\n") || !strings.Contains(r.Stdout, "tags: mgmtctl\n") {
 		t.Errorf("VM config:\n%s", r.Stdout)
