@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -70,21 +71,57 @@ func vmPhase(s *session.Session) step.Phase {
 				return s.Config.Servers()[0].Node, err
 			}
 			var names []string
-			for i, srv := range s.Config.Servers() {
-				n := nodes[i]
+			for _, n := range nodes {
 				names = append(names, n.Name())
-				if err := gatherNode(ctx, s, srv, n); err != nil {
-					return n.Name(), err
+			}
+			// Each server's node and VM are read side by side.
+			i, err := eachServer(s.Config.Servers(), func(i int, srv config.Server) error {
+				if err := gatherNode(ctx, s, srv, nodes[i]); err != nil {
+					return err
 				}
-				if err := verifyVMKey(ctx, s, srv, n); err != nil {
-					return n.Name(), err
-				}
+				return verifyVMKey(ctx, s, srv, nodes[i])
+			})
+			if err != nil {
+				return nodes[i].Name(), err
 			}
 			return strings.Join(names, ","), nil
 		},
 		Steps: append(steps, waits...),
 	}
 }
+
+// eachServer runs fn for every server side by side and returns the
+// first error in the servers' order, with its server's index: the
+// servers' reads overlap, their failure reads as it did one after the
+// other.
+func eachServer(servers []config.Server, fn func(i int, srv config.Server) error) (int, error) {
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, srv := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i, srv)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return i, err
+		}
+	}
+	return 0, nil
+}
+
+// onHost is an error a Prepare reports on another host than its
+// server's (the server's Proxmox node).
+type onHost struct {
+	host string
+	err  error
+}
+
+func (e *onHost) Error() string { return e.err.Error() }
+func (e *onHost) Unwrap() error { return e.err }
 
 // checkAPIAccess, in api access, reads mgmtctl's token's permissions
 // and names every privilege it lacks before the vm phase reads or
@@ -217,15 +254,20 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 		Tag: step.TagK3s,
 		Prepare: func(ctx context.Context) (string, error) {
 			var names []string
-			for i, srv := range servers {
-				v := vms[i]
+			for _, v := range vms {
 				names = append(names, v.Name())
+			}
+			// Each server's node and VM are read side by side; what
+			// is chosen among them (the snapshot's server) is chosen
+			// in the servers' order after.
+			failed, err := eachServer(servers, func(i int, srv config.Server) error {
+				v := vms[i]
 				if s.API() {
 					checks[i].API = s.ProxmoxAPI()
 				} else {
 					pve, err := s.Host(ctx, s.ProxmoxTarget(srv))
 					if err != nil {
-						return srv.Node, err
+						return &onHost{srv.Node, err}
 					}
 					checks[i].Node = pve
 				}
@@ -236,11 +278,18 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 				case s.ReadOnly && remote.IsUnreachable(err) && !remote.IsHostKeyError(err):
 					// A check run before the VM exists: every step is pending.
 				default:
-					return v.Name(), err
+					return err
 				}
-				if err := v.Gather(ctx); err != nil {
-					return v.Name(), err
+				return v.Gather(ctx)
+			})
+			if err != nil {
+				var oh *onHost
+				if errors.As(err, &oh) {
+					return oh.host, oh.err
 				}
+				return vms[failed].Name(), err
+			}
+			for _, v := range vms {
 				if snap.Host == nil && v.Host != nil && v.Active {
 					snap.Name, snap.Host = v.Name(), v.Host
 				}

@@ -169,7 +169,7 @@ func (s *Session) connNamed(name string) (*remote.Conn, error) {
 	defer s.mu.Unlock()
 	var found *remote.Conn
 	for _, hc := range s.conns {
-		if hc.conn.Name() != name {
+		if hc.conn == nil || hc.conn.Name() != name {
 			continue
 		}
 		if found != nil {
@@ -183,9 +183,15 @@ func (s *Session) connNamed(name string) (*remote.Conn, error) {
 	return found, nil
 }
 
+// hostConn is one host's connection, or the dial that makes it: ready
+// is closed once the dial ended, conn (or err) set under the session's
+// mutex. The dial itself runs outside the mutex, so that hosts are dialed
+// side by side.
 type hostConn struct {
 	conn    *remote.Conn
 	release func()
+	ready   chan struct{}
+	err     error
 }
 
 // ProxmoxTarget is the Proxmox node of srv as an SSH target.
@@ -235,32 +241,66 @@ func (s *Session) Host(ctx context.Context, t remote.Target) (remote.Reader, err
 }
 
 func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, first remote.Retry, t remote.Target) (remote.Reader, *remote.Conn, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conns == nil {
-		s.conns = map[string]*hostConn{}
-	}
-	hc, ok := s.conns[t.Addr]
-	if !ok {
-		c, err := d.ConnectWaiting(ctx, t, first)
-		if err != nil {
-			return nil, nil, err
+	for {
+		s.mu.Lock()
+		if s.conns == nil {
+			s.conns = map[string]*hostConn{}
 		}
-		hc = &hostConn{conn: c}
-		if !s.ReadOnly {
-			release, err := c.Lock(ctx, s.Holder)
+		hc, ok := s.conns[t.Addr]
+		if !ok {
+			hc = &hostConn{ready: make(chan struct{})}
+			s.conns[t.Addr] = hc
+			s.mu.Unlock()
+			conn, release, err := s.connect(ctx, d, first, t)
+			s.mu.Lock()
+			hc.conn, hc.release, hc.err = conn, release, err
 			if err != nil {
-				c.Close()
+				// A failed dial is not kept: the next caller dials again.
+				delete(s.conns, t.Addr)
+			}
+			close(hc.ready)
+			s.mu.Unlock()
+			if err != nil {
 				return nil, nil, err
 			}
-			hc.release = release
+			return remote.ReadOnly(conn), conn, nil
 		}
-		s.conns[t.Addr] = hc
+		s.mu.Unlock()
+		select {
+		case <-hc.ready:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		s.mu.Lock()
+		conn, err := hc.conn, hc.err
+		s.mu.Unlock()
+		if err == nil {
+			// The phases and their steps only ever read a host: what
+			// they hand out is its Reader, with nothing behind it to
+			// assert a Host from. The run's Executor alone holds the
+			// connection as a Host (byName).
+			return remote.ReadOnly(conn), conn, nil
+		}
+		// Another caller's dial failed: this one dials with its own
+		// patience (a wait for a booting VM knocks longer than a look).
 	}
-	// The phases and their steps only ever read a host: what they hand
-	// out is its Reader, with nothing behind it to assert a Host from. The
-	// run's Executor alone holds the connection as a Host (byName).
-	return remote.ReadOnly(hc.conn), hc.conn, nil
+}
+
+// connect dials t and, in a run that may change it, takes its lock.
+func (s *Session) connect(ctx context.Context, d *remote.Dialer, first remote.Retry, t remote.Target) (*remote.Conn, func(), error) {
+	c, err := d.ConnectWaiting(ctx, t, first)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.ReadOnly {
+		return c, nil, nil
+	}
+	release, err := c.Lock(ctx, s.Holder)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, release, nil
 }
 
 // VMHostKey is the verified host key srv's VM presented, or nil before
@@ -279,7 +319,7 @@ func (s *Session) LearnedVMKey(srv config.Server) ssh.PublicKey {
 func (s *Session) vmKey(srv config.Server, key func(*remote.Conn) ssh.PublicKey) ssh.PublicKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if hc, ok := s.conns[s.VMTarget(srv).Addr]; ok {
+	if hc, ok := s.conns[s.VMTarget(srv).Addr]; ok && hc.conn != nil {
 		return key(hc.conn)
 	}
 	return nil
@@ -481,7 +521,7 @@ func (s *Session) lostDuring(host, what string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, hc := range s.conns {
-		if hc.conn.Name() == host {
+		if hc.conn != nil && hc.conn.Name() == host {
 			return hc.conn.Silent(what)
 		}
 	}
@@ -496,7 +536,9 @@ func (s *Session) Close() {
 		if hc.release != nil {
 			hc.release()
 		}
-		hc.conn.Close()
+		if hc.conn != nil {
+			hc.conn.Close()
+		}
 	}
 	s.conns = nil
 }
