@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -94,12 +95,12 @@ func (s *Token) Check(ctx context.Context) (step.Plan, error) {
 	if !ok {
 		return step.Plan{Note: note, Warnings: []string{fmt.Sprintf("the token's privileges are not checked on Proxmox VE %s: mgmtctl knows those of PVE %d and %d", v, pveaccess.Versions[0], pveaccess.Versions[len(pveaccess.Versions)-1])}}, nil
 	}
-	grants := s.Needs(major)
-	have, err := pveaccess.Permissions(ctx, s.HTTP, s.C.ProxmoxURL, s.C.TokenID, s.C.TokenSecret, pveaccess.Paths(grants))
+	api := pve.New(s.C.ProxmoxURL, s.C.TokenID, s.C.TokenSecret, s.HTTP)
+	missing, err := pveaccess.MissingFrom(ctx, s.Needs(major), api.Permissions)
 	if err != nil {
 		return step.Plan{}, err
 	}
-	if missing := pveaccess.Lacking(grants, have); len(missing) > 0 {
+	if len(missing) > 0 {
 		return step.Plan{}, &pveaccess.MissingError{TokenID: s.C.TokenID, Version: v, For: "CAPMOX", Missing: missing}
 	}
 	return step.Plan{Note: note + ", with every privilege CAPMOX needs"}, nil

@@ -174,17 +174,11 @@ func CheckAccess(ctx context.Context, api pve.Reader, tokenID string, needs func
 	if !ok {
 		return "", fmt.Errorf("the Proxmox API runs Proxmox VE %s: mgmtctl's api access knows the privileges of PVE %d and %d", v, pveaccess.Versions[0], pveaccess.Versions[len(pveaccess.Versions)-1])
 	}
-	grants := needs(major)
-	have := map[string]map[string]bool{}
-	for _, p := range pveaccess.Paths(grants) {
-		if _, done := have[p]; done {
-			continue
-		}
-		if have[p], err = api.Permissions(ctx, p); err != nil {
-			return "", fmt.Errorf("read token %s's permissions on %s: %w", tokenID, p, err)
-		}
+	missing, err := pveaccess.MissingFrom(ctx, needs(major), api.Permissions)
+	if err != nil {
+		return "", fmt.Errorf("token %s: %w", tokenID, err)
 	}
-	if missing := pveaccess.Lacking(grants, have); len(missing) > 0 {
+	if len(missing) > 0 {
 		return "", &pveaccess.MissingError{TokenID: tokenID, Version: v, For: "mgmtctl's vm phase", Missing: missing,
 			RoleCommand: "mgmtctl proxmox role --for mgmtctl"}
 	}

@@ -114,3 +114,24 @@ func TestWaitBounded(t *testing.T) {
 		t.Error("a VMID taken for a UPID")
 	}
 }
+
+// TestPermissions reads /access/permissions for one path, the secret in
+// the Authorization header only.
+func TestPermissions(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "PVEAPIToken=capmox@pve!capi=s3cret" || strings.Contains(r.URL.String(), "s3cret") {
+			w.WriteHeader(401)
+			return
+		}
+		p := r.URL.Query().Get("path")
+		w.Write([]byte(`{"data":{"` + p + `":{"VM.Audit":1,"Sys.Audit":0}}}`))
+	}))
+	defer srv.Close()
+	got, err := New(srv.URL, "capmox@pve!capi", "s3cret", srv.Client()).Permissions(context.Background(), "/vms")
+	if err != nil || len(got) != 2 || !got["VM.Audit"] || got["Sys.Audit"] {
+		t.Errorf("Permissions = %v, %v", got, err)
+	}
+	if _, err := New(srv.URL, "capmox@pve!capi", "wrong", srv.Client()).Permissions(context.Background(), "/"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a refused token: %v", err)
+	}
+}

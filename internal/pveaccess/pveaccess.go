@@ -12,11 +12,7 @@ package pveaccess
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -248,47 +244,27 @@ func (e *MissingError) Error() string {
 	return b.String()
 }
 
-// Permissions reads the token's effective permissions on each path (GET
-// /api2/json/access/permissions?path=P, pve-access-control
-// src/PVE/API2/AccessControl.pm: every user and token may read its own):
-// path → privilege → propagates. The secret travels only in the
-// Authorization header.
-func Permissions(ctx context.Context, hc *http.Client, apiURL, tokenID, secret string, paths []string) (map[string]map[string]bool, error) {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	out := map[string]map[string]bool{}
-	for _, p := range paths {
-		if _, done := out[p]; done {
+// Lookup reads a token's effective permissions on one path: path's
+// entry of GET /access/permissions?path=P (pve-access-control
+// src/PVE/API2/AccessControl.pm: every user and token may read its own),
+// privilege → propagates (pve.Client.Permissions).
+type Lookup func(ctx context.Context, path string) (map[string]bool, error)
+
+// MissingFrom reads the token's permissions on each path the grants name,
+// each path once, and returns what it lacks (Lacking).
+func MissingFrom(ctx context.Context, grants []Grant, read Lookup) ([]Missing, error) {
+	have := map[string]map[string]bool{}
+	for _, p := range Paths(grants) {
+		if _, done := have[p]; done {
 			continue
 		}
-		u := strings.TrimSuffix(apiURL, "/") + "/api2/json/access/permissions?path=" + url.QueryEscape(p)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		privs, err := read(ctx, p)
 		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", "PVEAPIToken="+tokenID+"="+secret)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("read the token's permissions: %w", err)
-		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("read the token's permissions on %s: Proxmox API answered %s", p, resp.Status)
-		}
-		var v struct {
-			Data map[string]map[string]int `json:"data"`
-		}
-		if err := json.Unmarshal(b, &v); err != nil {
 			return nil, fmt.Errorf("read the token's permissions on %s: %w", p, err)
 		}
-		out[p] = map[string]bool{}
-		for priv, prop := range v.Data[p] {
-			out[p][priv] = prop == 1
-		}
+		have[p] = privs
 	}
-	return out, nil
+	return Lacking(grants, have), nil
 }
 
 // Paths are the grants' paths, in order.

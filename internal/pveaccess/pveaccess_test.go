@@ -2,7 +2,6 @@ package pveaccess
 
 import (
 	"context"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"flag"
@@ -74,23 +73,25 @@ func TestLacking(t *testing.T) {
 	}
 }
 
-// TestPermissions reads /access/permissions per path with the token in
-// the Authorization header only.
-func TestPermissions(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "PVEAPIToken=capmox@pve!capi=s3cret" || strings.Contains(r.URL.String(), "s3cret") {
-			w.WriteHeader(401)
-			return
-		}
-		p := r.URL.Query().Get("path")
-		json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{p: map[string]int{"VM.Audit": 1, "Sys.Audit": 0}}})
-	}))
-	defer srv.Close()
-	got, err := Permissions(context.Background(), srv.Client(), srv.URL, "capmox@pve!capi", "s3cret", []string{"/vms", "/", "/vms"})
-	if err != nil || len(got) != 2 || !got["/vms"]["VM.Audit"] || got["/"]["Sys.Audit"] {
-		t.Errorf("Permissions = %v, %v", got, err)
+// TestMissingFrom reads each path the grants name once, and what a read
+// fails with is named with its path.
+func TestMissingFrom(t *testing.T) {
+	grants := []Grant{{Path: "/vms", Role: Role{"R", []string{"VM.Audit"}}, Propagate: true},
+		{Path: "/", Role: Role{"S", []string{"Sys.Audit"}}}, {Path: "/vms", Role: Role{"T", []string{"VM.Allocate"}}}}
+	reads := map[string]int{}
+	lookup := func(_ context.Context, p string) (map[string]bool, error) {
+		reads[p]++
+		return map[string]bool{"VM.Audit": true, "Sys.Audit": false}, nil
 	}
-	if _, err := Permissions(context.Background(), srv.Client(), srv.URL, "capmox@pve!capi", "wrong", []string{"/"}); err == nil || !strings.Contains(err.Error(), "401") {
+	m, err := MissingFrom(context.Background(), grants, lookup)
+	if err != nil || len(m) != 1 || m[0].Path != "/vms" || strings.Join(m[0].Privs, ",") != "VM.Allocate" {
+		t.Errorf("MissingFrom = %+v, %v", m, err)
+	}
+	if reads["/vms"] != 1 || reads["/"] != 1 {
+		t.Errorf("reads %v, want each path once", reads)
+	}
+	refused := func(context.Context, string) (map[string]bool, error) { return nil, errors.New("401 authentication failure") }
+	if _, err := MissingFrom(context.Background(), grants, refused); err == nil || err.Error() != "read the token's permissions on /vms: 401 authentication failure" {
 		t.Errorf("a refused token: %v", err)
 	}
 }
