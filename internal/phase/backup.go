@@ -167,7 +167,7 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 	if s.API() {
 		// mgmtctl's own token sees its VMs only: CAPMOX's sees CAPMOX's.
 		px := s.Config.Cluster.Spec.Proxmox
-		capmox := pve.New(px.APIURL, px.TokenID, s.Config.Secrets.Proxmox.TokenSecret, proxmoxHTTP(&s.Config.Cluster))
+		capmox := pve.New(px.APIURL, px.TokenID, s.Config.Secrets.Proxmox.TokenSecret, s.ProxmoxHTTP())
 		drift.VMs = capmox.VMs
 	}
 	steps = append(steps, drift)

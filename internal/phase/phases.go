@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -367,7 +366,7 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 		TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
 		API: func() *kube.Reader { return a.Reader() }}
 	steps := []step.Step{
-		&capi.Token{C: cl, Source: s.Config.SecretSource, HTTP: proxmoxHTTP(c), Needs: func(major int) []pveaccess.Grant {
+		&capi.Token{C: cl, Source: s.Config.SecretSource, HTTP: s.ProxmoxHTTP(), Needs: func(major int) []pveaccess.Grant {
 			return pveaccess.CAPMOX(major, c.Spec.Proxmox.Storage, c.Spec.VM.Bridge)
 		}},
 		&capi.Namespaces{C: cl},
@@ -447,15 +446,4 @@ func clusterCA(k3sYAML []byte) ([]byte, error) {
 		return cl.CertificateAuthorityData, nil
 	}
 	return nil, errors.New("k3s.yaml has no cluster")
-}
-
-// proxmoxHTTP is the client for the Proxmox API, verifying its
-// certificate as spec.proxmox says (caFile, fingerprint, or the laptop's
-// trust store). Load has checked the CA parses.
-func proxmoxHTTP(c *config.ManagementCluster) *http.Client {
-	hc, err := pveaccess.HTTPClient(c.Spec.Proxmox.CA, c.Spec.Proxmox.Fingerprint)
-	if err != nil {
-		panic("config: a loaded spec.proxmox.caFile does not parse: " + err.Error())
-	}
-	return hc
 }

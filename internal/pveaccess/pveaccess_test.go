@@ -90,7 +90,9 @@ func TestMissingFrom(t *testing.T) {
 	if reads["/vms"] != 1 || reads["/"] != 1 {
 		t.Errorf("reads %v, want each path once", reads)
 	}
-	refused := func(context.Context, string) (map[string]bool, error) { return nil, errors.New("401 authentication failure") }
+	refused := func(context.Context, string) (map[string]bool, error) {
+		return nil, errors.New("401 authentication failure")
+	}
 	if _, err := MissingFrom(context.Background(), grants, refused); err == nil || err.Error() != "read the token's permissions on /vms: 401 authentication failure" {
 		t.Errorf("a refused token: %v", err)
 	}

@@ -67,6 +67,7 @@ type Session struct {
 	conns   map[string]*hostConn
 	cluster *Cluster
 	api     *pve.Client
+	apiHTTP *http.Client
 	once    map[string]error
 }
 
@@ -101,17 +102,32 @@ func (s *Session) API() bool { return s.Config.Cluster.Spec.Proxmox.API() }
 func (s *Session) ProxmoxAPI() pve.Reader { return pve.ReadOnly(s.apiClient()) }
 
 func (s *Session) apiClient() *pve.Client {
+	hc := s.ProxmoxHTTP()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.api == nil {
+		p := s.Config.Cluster.Spec.Proxmox
+		s.api = pve.New(p.APIURL, p.MgmtctlTokenID, s.Config.Secrets.Proxmox.MgmtctlTokenSecret, hc)
+	}
+	return s.api
+}
+
+// ProxmoxHTTP is the run's one client for the Proxmox API, whichever
+// token a call carries (mgmtctl's, CAPMOX's): it verifies the API's
+// certificate as spec.proxmox says (caFile, fingerprint, or the laptop's
+// trust store). Load has checked the CA parses.
+func (s *Session) ProxmoxHTTP() *http.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.apiHTTP == nil {
 		p := s.Config.Cluster.Spec.Proxmox
 		hc, err := pveaccess.HTTPClient(p.CA, p.Fingerprint)
 		if err != nil {
 			panic("config: a loaded spec.proxmox.caFile does not parse: " + err.Error())
 		}
-		s.api = pve.New(p.APIURL, p.MgmtctlTokenID, s.Config.Secrets.Proxmox.MgmtctlTokenSecret, hc)
+		s.apiHTTP = hc
 	}
-	return s.api
+	return s.apiHTTP
 }
 
 // Cluster is the session's one way to the cluster, made on first use: the
