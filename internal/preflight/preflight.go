@@ -177,12 +177,7 @@ func (r *Released) Get(ctx context.Context, url string) (body []byte, cached boo
 	}
 	resp, err := r.Client().Do(req)
 	if err != nil {
-		var dns *net.DNSError
-		var op *net.OpError
-		if errors.As(err, &dns) || errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) {
-			return nil, false, &SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", url, err)}
-		}
-		return nil, false, fmt.Errorf("%s: %w", url, err)
+		return nil, false, r.unreachable(url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -228,12 +223,7 @@ func (r *Released) Exists(ctx context.Context, url string) (cached bool, err err
 	}
 	resp, err := r.Client().Do(req)
 	if err != nil {
-		var dns *net.DNSError
-		var op *net.OpError
-		if errors.As(err, &dns) || errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) {
-			return false, &SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", url, err)}
-		}
-		return false, fmt.Errorf("%s: %w", url, err)
+		return false, r.unreachable(url, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -251,4 +241,16 @@ func (e *MissingError) Error() string { return e.URL + " answers " + e.Status }
 // CacheFile is where Released remembers the files it found.
 func CacheFile(cacheDir string) string {
 	return filepath.Join(cacheDir, "mgmtctl", "released.json")
+}
+
+// unreachable classes a request's failure: no way to the host (a name
+// that does not resolve, a refused or timed-out connection) is a
+// *SkippedError; anything else an error about url.
+func (r *Released) unreachable(url string, err error) error {
+	var dns *net.DNSError
+	var op *net.OpError
+	if errors.As(err, &dns) || errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) {
+		return &SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", url, err)}
+	}
+	return fmt.Errorf("%s: %w", url, err)
 }

@@ -3,9 +3,7 @@ package preflight
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -119,15 +117,6 @@ func (r *Released) token(ctx context.Context, challenge string) (string, error) 
 		t.Token = t.AccessToken
 	}
 	return t.Token, nil
-}
-
-func (r *Released) unreachable(ref string, err error) error {
-	var dns *net.DNSError
-	var op *net.OpError
-	if errors.As(err, &dns) || errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) {
-		return &SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", ref, err)}
-	}
-	return fmt.Errorf("%s: %w", ref, err)
 }
 
 // splitImage is an image's registry host and repository, as a container

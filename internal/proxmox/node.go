@@ -159,12 +159,15 @@ func ParseConfig(out string) map[string]string {
 }
 
 // Ours reports whether the VM in the facts is mgmtctl's for this cluster.
-func (n *Node) Ours() bool {
-	c := n.Facts.Config
-	if c["name"] != n.Spec.Name {
+func (n *Node) Ours() bool { return ours(n.Facts.Config, n.Spec.Name) }
+
+// ours says a VM's config (its name and tags) is mgmtctl's VM of that
+// name: the name, and the tag among the VM's.
+func ours(conf map[string]string, name string) bool {
+	if conf["name"] != name {
 		return false
 	}
-	for _, t := range strings.FieldsFunc(c["tags"], func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
+	for _, t := range strings.FieldsFunc(conf["tags"], func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
 		if t == ManagedTag {
 			return true
 		}

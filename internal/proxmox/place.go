@@ -119,12 +119,6 @@ func (n *Node) vmAnywhere(ctx context.Context) (string, map[string]string, error
 	return parts[len(parts)-3], ParseConfig(rest), nil
 }
 
-// ours is the name-and-tag rule of Node.Ours on a config.
-func ours(conf map[string]string, name string) bool {
-	n := &Node{Spec: Spec{Name: name}, Facts: Facts{Config: conf}}
-	return n.Ours()
-}
-
 func hasContent(list, c string) bool {
 	for _, x := range strings.Split(list, ",") {
 		if strings.TrimSpace(x) == c {
