@@ -305,28 +305,21 @@ func (a *nodeAPI) status(vmid int) {
 	if !ok {
 		return
 	}
-	n := a.qm(io.Discard)
-	cores, _ := strconv.Atoi(c["cores"])
-	mem, _ := strconv.Atoi(c["memory"])
-	name := c["name"]
-	if name == "" {
-		name = fmt.Sprintf("VM %d", vmid)
+	st, err := a.qm(io.Discard).VMStatus(vmid, c)
+	if err != nil {
+		a.fail(err)
+		return
 	}
-	st := map[string]any{"vmid": vmid, "name": name, "status": "stopped", "qmpstatus": "stopped", "uptime": 0,
-		"cpus": max(cores, 1), "maxmem": int64(max(mem, 512)) << 20, "ha": map[string]any{"managed": 0}}
+	// The API's full status adds these to qm's keys.
+	st["ha"] = map[string]any{"managed": 0}
+	if _, ok := st["qmpstatus"]; !ok {
+		st["qmpstatus"] = "stopped"
+	}
 	if c["agent"] != "" {
 		st["agent"] = 1
 	}
 	if c["tags"] != "" {
 		st["tags"] = c["tags"]
-	}
-	if n.Running(vmid) {
-		up, err := n.Backend.Uptime(vmid)
-		if err != nil {
-			a.fail(err)
-			return
-		}
-		st["status"], st["qmpstatus"], st["uptime"], st["pid"] = "running", "running", int(up.Seconds()), 100000+vmid
 	}
 	a.ok(st)
 }

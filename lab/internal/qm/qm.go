@@ -151,7 +151,7 @@ func (n *Node) write(vmid int, c Config) error {
 	return os.Rename(tmp, n.confPath(vmid))
 }
 
-func sortedKeys(c Config) []string {
+func sortedKeys[V any](c map[string]V) []string {
 	keys := make([]string, 0, len(c))
 	for k := range c {
 		keys = append(keys, k)
@@ -281,23 +281,35 @@ func (n *Node) status(vmid int, args []string) int {
 		return 0
 	}
 	// vmstatus's keys, sorted, as print_recursive_hash prints them
-	// (cpu and relcpu skipped); the lab's subset of them.
-	cores, _ := strconv.Atoi(c["cores"])
-	mem, _ := strconv.Atoi(c["memory"])
-	name := vmName(c, vmid)
-	kv := map[string]string{"cpus": strconv.Itoa(max(cores, 1)), "maxmem": strconv.Itoa(max(mem, 512) << 20),
-		"name": name, "status": st, "uptime": "0", "vmid": strconv.Itoa(vmid)}
-	if st == "running" {
-		up, err := n.Backend.Uptime(vmid)
-		if err != nil {
-			return n.die(exitDie, "%v", err)
-		}
-		kv["pid"], kv["qmpstatus"], kv["uptime"] = strconv.Itoa(100000+vmid), "running", strconv.Itoa(int(up.Seconds()))
+	// (cpu and relcpu skipped).
+	kv, err := n.VMStatus(vmid, c)
+	if err != nil {
+		return n.die(exitDie, "%v", err)
 	}
 	for _, k := range sortedKeys(kv) {
-		n.outf("%s: %s\n", k, kv[k])
+		n.outf("%s: %v\n", k, kv[k])
 	}
 	return 0
+}
+
+// VMStatus is the lab's subset of qemu-server's vmstatus for a VM of
+// config c: cpus, maxmem, name, status, uptime (seconds since QEMU
+// started, 0 when stopped), vmid, and for a running VM its pid and
+// qmpstatus. `qm status --verbose` prints it; the API's status/current
+// answers it.
+func (n *Node) VMStatus(vmid int, c Config) (map[string]any, error) {
+	cores, _ := strconv.Atoi(c["cores"])
+	mem, _ := strconv.Atoi(c["memory"])
+	kv := map[string]any{"cpus": max(cores, 1), "maxmem": int64(max(mem, 512)) << 20,
+		"name": vmName(c, vmid), "status": "stopped", "uptime": 0, "vmid": vmid}
+	if n.running(vmid) {
+		up, err := n.Backend.Uptime(vmid)
+		if err != nil {
+			return nil, err
+		}
+		kv["status"], kv["pid"], kv["qmpstatus"], kv["uptime"] = "running", 100000+vmid, "running", int(up.Seconds())
+	}
+	return kv, nil
 }
 
 // reset is a hard reset (QMP system_reset): the guest boots again from

@@ -150,9 +150,6 @@ func (n *Node) FileRead(vmid int, file string) (string, error) {
 // Config reads a VM's configuration (GET .../qemu/{vmid}/config).
 func (n *Node) Config(vmid int) (Config, error) { return n.load(vmid) }
 
-// Running reports whether the VM runs.
-func (n *Node) Running(vmid int) bool { return n.running(vmid) }
-
 // ThinPoolBytes is the size of the lab's LVM thin pool (local-lvm's
 // "data"): what its status reports as total, the volumes' sizes used.
 const ThinPoolBytes = 256 << 30
