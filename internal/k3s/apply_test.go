@@ -117,3 +117,31 @@ func TestInstallNeverDowngrades(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallLeavesARestoreAlone: a stopped k3s is started again by the
+// installer, unless a restore that did not finish holds it down (masked):
+// starting that server would bring back a member of the replaced cluster.
+func TestInstallLeavesARestoreAlone(t *testing.T) {
+	pin := config.K3sRelease{Major: 1, Minor: 35, Patch: 10, Build: 1}
+	for _, tc := range []struct {
+		active, masked bool
+		want           string
+	}{
+		{false, false, "re-run the k3s v1.35.10+k3s1 installer: the k3s service is not running"},
+		{false, true, "error: k3s on lab-mgmt-2 is held stopped (masked) by a restore that did not finish: run mgmtctl restore again to finish it"},
+		{true, false, "k3s v1.35.10+k3s1 installed"},
+	} {
+		v := &VM{Spec: Spec{Name: "lab-mgmt-2", Version: pin}, Installed: "v1.35.10+k3s1", Active: tc.active, Masked: tc.masked}
+		p, err := (&Install{V: v}).Check(context.Background())
+		got := p.Note
+		if len(p.Changes) > 0 {
+			got = p.Changes[0].Summary
+		}
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("active %v, masked %v: got %q, want %q", tc.active, tc.masked, got, tc.want)
+		}
+	}
+}

@@ -33,6 +33,11 @@ func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 	}
 	switch s.V.Installed {
 	case want:
+		if !s.V.Active && s.V.Masked {
+			// Starting it would bring back a member of the cluster
+			// the restore replaced.
+			return step.Plan{}, fmt.Errorf("k3s on %s is held stopped (masked) by a restore that did not finish: run mgmtctl restore again to finish it", s.V.Name())
+		}
 		if !s.V.Active {
 			// An install cut short (or a stopped service): the installer
 			// finishes the job and starts k3s.

@@ -32,8 +32,18 @@ import (
 // DBDir is a server's datastore directory: etcd's data, its snapshots.
 const DBDir = "/var/lib/rancher/k3s/server/db"
 
-// Stop stops k3s on a server before a restore, so that no member keeps
-// the old cluster going while the first server resets it.
+// Stop holds k3s stopped on a server for a restore: stopped, and masked
+// until the next boot (systemctl mask --runtime), so that nothing starts
+// it while the first server resets the cluster. A stopped unit alone is
+// not enough: the restored cluster has the IDs of any earlier restore's
+// (docs/upstream.md §2.8), so a member that joined the cluster of a
+// restore cut short, still starting, is taken for a peer of the new one,
+// whose etcd then panics on a member it does not know. A masked unit
+// refuses every start ("Unit k3s.service is masked."), a user's or a
+// script's, and mask --now stops one under way. A rejoin still running
+// from a run that was cut short holds RestoreLock to its end: Stop reads
+// and acts once it is done, never halfway through it. The rejoin unmasks
+// k3s; a boot does too, and a restore run again masks it first.
 type Stop struct{ V *VM }
 
 var _ step.Step = (*Stop)(nil)
@@ -44,21 +54,42 @@ func (s *Stop) ID() string { return "stop-k3s" }
 // Host implements step.Step.
 func (s *Stop) Host() string { return s.V.Name() }
 
+// RestoreLock is the flock a restore's scripts on a server's k3s hold
+// while they run (under /run: a boot clears it).
+const RestoreLock = "/run/mgmtctl-restore.lock"
+
+// MaskedRuntime is systemctl is-enabled's word for a unit masked until
+// the next boot.
+const MaskedRuntime = "masked-runtime"
+
+// holdScript masks k3s and stops it, under RestoreLock ($1).
+const holdScript = `exec 9>>"$1"
+flock -w 120 9 || exit 75
+exec systemctl mask --runtime --now k3s`
+
 // Check implements step.Step: systemd's inactive and failed are stopped;
-// any other state (active, activating, a restart loop) is stopped.
+// any other state (active, activating, a restart loop) is not. Either way
+// a unit not masked yet is masked.
 func (s *Stop) Check(ctx context.Context) (step.Plan, error) {
-	state, err := s.V.serviceState(ctx)
+	res, err := s.V.Host.Look(ctx, remote.ServiceStateUnder(RestoreLock, "k3s").AsRoot())
 	if err != nil {
-		return step.Plan{}, err
+		return step.Plan{}, fmt.Errorf("read whether k3s runs on %s: %w", s.V.Name(), err)
 	}
-	switch state {
-	case "inactive", "failed":
-		return step.Plan{Note: "k3s is stopped (" + state + ")"}, nil
-	default:
-		return step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run,
-			Summary: "stop k3s (" + state + ") for the restore",
-			Effects: []effect.Effect{s.V.run(remote.Command("systemctl", "stop", "k3s").AsRoot())}}}}, nil
+	if res.ExitCode == 75 {
+		return step.Plan{}, fmt.Errorf("k3s on %s: a restore's script still holds %s after two minutes (a rejoin of a run cut short, still starting k3s): run the restore again once it is done", s.V.Name(), RestoreLock)
 	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	state, file := lines[0], lines[len(lines)-1]
+	stopped := state == "inactive" || state == "failed"
+	if stopped && file == MaskedRuntime {
+		return step.Plan{Note: "k3s is stopped (" + state + ") and masked until it rejoins"}, nil
+	}
+	summary := "mask k3s until it rejoins (k3s is " + state + ")"
+	if !stopped {
+		summary = "stop k3s (" + state + ") and mask it until it rejoins"
+	}
+	return step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Summary: summary,
+		Effects: []effect.Effect{s.V.run(remote.Script("systemctl mask --runtime --now k3s", holdScript, RestoreLock).AsRoot())}}}}, nil
 }
 
 // Rejoin moves a server's etcd data aside and starts k3s there, so that
@@ -77,14 +108,19 @@ func (s *Rejoin) ID() string { return "rejoin" }
 // Host implements step.Step.
 func (s *Rejoin) Host() string { return s.V.Name() }
 
-// rejoinScript moves the datastore aside under a name with the time (the
-// old data stays on the server until someone removes it) and starts k3s:
+// rejoinScript holds RestoreLock ($2) to its end (systemctl's start
+// inherits it), moves the datastore ($1) aside under a name with the time
+// (the old data stays on the server until someone removes it), lifts the
+// mask Stop put on k3s and starts it:
 // with no etcd data and server: in its config, k3s joins the cluster it
 // names. systemd's start returns once k3s says it is up (Type=notify),
 // that is with its member joined and its API server serving.
 const rejoinScript = `set -eu
+exec 9>>"$2"
+flock 9
 systemctl stop k3s
 if [ -d "$1" ]; then mv -- "$1" "$1-before-restore-$(date -u +%Y%m%dT%H%M%SZ)"; fi
+systemctl unmask --runtime k3s
 systemctl start k3s`
 
 // Check implements step.Step. A server whose config.yaml does not name a
@@ -103,7 +139,7 @@ func (s *Rejoin) Check(ctx context.Context) (step.Plan, error) {
 		Summary: fmt.Sprintf("put the backup's cluster token in %s, move %s aside and start k3s: %s joins the restored cluster", TokenPath, DBDir, s.V.Name()),
 		Effects: []effect.Effect{
 			s.V.write(remote.File{Path: TokenPath, Content: token, Mode: 0o600, Owner: "root:root", Sudo: true}),
-			s.V.run(remote.Script("move "+DBDir+" aside and start k3s", rejoinScript, DBDir).AsRoot()),
+			s.V.run(remote.Script("move "+DBDir+" aside and start k3s", rejoinScript, DBDir, RestoreLock).AsRoot()),
 		}}}}, nil
 }
 

@@ -20,31 +20,39 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/steptest"
 )
 
-// TestStop: k3s is stopped unless systemd says it already is.
+// TestStop: k3s is stopped and masked for the restore unless systemd says
+// it already is both.
 func TestStop(t *testing.T) {
 	for _, tc := range []struct {
-		state string
-		stops bool
+		state, file string
+		acts        bool
+		summary     string
 	}{
-		{"active", true},
-		{"activating", true},
-		{"inactive", false},
-		{"failed", false},
+		{"active", "enabled", true, "stop k3s (active) and mask it until it rejoins"},
+		{"activating", "enabled", true, "stop k3s (activating) and mask it until it rejoins"},
+		{"activating", MaskedRuntime, true, "stop k3s (activating) and mask it until it rejoins"},
+		{"inactive", "enabled", true, "mask k3s until it rejoins (k3s is inactive)"},
+		{"failed", "disabled", true, "mask k3s until it rejoins (k3s is failed)"},
+		{"inactive", MaskedRuntime, false, ""},
+		{"failed", MaskedRuntime, false, ""},
 	} {
 		h := &remotetest.Host{HostName: "srv2", Answer: func(c remote.Cmd) (remote.Result, error) {
-			return remote.Result{Stdout: []byte(tc.state + "\n")}, nil
+			if c.ReadOnly {
+				return remote.Result{Stdout: []byte(tc.state + "\n" + tc.file + "\n")}, nil
+			}
+			return remote.Result{}, nil
 		}}
 		s := &Stop{V: &VM{Spec: Spec{Name: "srv2"}, Host: h}}
 		p, err := s.Check(context.Background())
 		if err != nil {
-			t.Fatalf("%s: %v", tc.state, err)
+			t.Fatalf("%s/%s: %v", tc.state, tc.file, err)
 		}
-		if got := !p.Empty(); got != tc.stops {
-			t.Errorf("%s: plan %+v", tc.state, p)
+		if got := !p.Empty(); got != tc.acts || tc.acts && p.Changes[0].Summary != tc.summary {
+			t.Errorf("%s/%s: plan %+v", tc.state, tc.file, p)
 		}
-		if tc.stops {
-			if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h)); err != nil || strings.Join(h.Effects(), ",") != "run systemctl stop k3s" {
-				t.Errorf("%s: apply %v, ran %v", tc.state, err, h.Effects())
+		if tc.acts {
+			if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h)); err != nil || len(h.Ran()) != 2 || !strings.HasSuffix(strings.Join(h.Ran()[1].Args, " "), holdScript+" sh "+RestoreLock) {
+				t.Errorf("%s/%s: apply %v, ran %v", tc.state, tc.file, err, h.Effects())
 			}
 		}
 	}
@@ -72,7 +80,7 @@ func TestRejoin(t *testing.T) {
 	}
 	run, ok := c.Effects[1].(effect.Run)
 	argv := strings.Join(run.Cmd.Args, "\x00")
-	if !ok || !run.Cmd.Sudo || !strings.Contains(argv, `mv -- "$1" "$1-before-restore-`) || !strings.HasSuffix(argv, "\x00"+DBDir) ||
+	if !ok || !run.Cmd.Sudo || !strings.Contains(argv, `mv -- "$1" "$1-before-restore-`) || !strings.HasSuffix(argv, "\x00"+DBDir+"\x00"+RestoreLock) || !strings.Contains(argv, "flock 9\n") ||
 		strings.Index(argv, "mv --") > strings.Index(argv, "systemctl start k3s") {
 		t.Errorf("rejoin effect %+v", c.Effects[1])
 	}

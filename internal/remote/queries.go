@@ -47,6 +47,26 @@ func ServiceActive(unit string) Query {
 	return look("systemctl", "is-active", unit).Allow(3, 4)
 }
 
+// ServiceFileState is systemctl is-enabled of a unit: enabled, disabled,
+// masked-runtime… on stdout. It exits 1 for every state but the enabled
+// ones (systemctl(1), is-enabled): a result, not a failure.
+func ServiceFileState(unit string) Query { return look("systemctl", "is-enabled", unit).Allow(1) }
+
+// ServiceStateUnder is a unit's systemctl is-active and is-enabled, a
+// line each, read once no script holding the flock on lock runs any more
+// (one that is starting the unit, left running by a run that was cut
+// short): read before, the state would be that script's to change a
+// moment later. It exits 75 when lock stays busy for two minutes.
+func ServiceStateUnder(lock, unit string) Query {
+	return lookScript("read whether "+unit+" runs, once "+lock+" is free", `if [ -e "$1" ]; then
+  exec 9<"$1"
+  flock -s -w 120 9 || exit 75
+fi
+systemctl is-active "$2"
+systemctl is-enabled "$2"
+exit 0`, lock, unit).Allow(75)
+}
+
 // ServiceStartedAt is when a unit last became active, in UTC with
 // microseconds.
 func ServiceStartedAt(unit string) Query {

@@ -29,6 +29,8 @@ func TestQueryVocabulary(t *testing.T) {
 		{"FileModTime", FileModTime("/etc/rancher/k3s/config.yaml"), "stat -c %.9Y -- /etc/rancher/k3s/config.yaml"},
 		{"ServiceActive", ServiceActive("k3s"), "systemctl is-active k3s"},
 		{"ServiceStartedAt", ServiceStartedAt("k3s"), "systemctl show -p ActiveEnterTimestamp --value --timestamp=us+utc k3s"},
+		{"ServiceFileState", ServiceFileState("k3s"), "systemctl is-enabled k3s"},
+		{"ServiceStateUnder", ServiceStateUnder("/run/x.lock", "k3s"), "sh -c 'if [ -e \"$1\" ]; then\n  exec 9<\"$1\"\n  flock -s -w 120 9 || exit 75\nfi\nsystemctl is-active \"$2\"\nsystemctl is-enabled \"$2\"\nexit 0' sh /run/x.lock k3s"},
 		{"PackageStatus", PackageStatus("qemu-guest-agent"), `dpkg-query -W '-f=${Status}' qemu-guest-agent`},
 		{"K3sVersion", K3sVersion(), `sh -c 'command -v k3s >/dev/null || exit 127; k3s --version'`},
 		{"CommandPath", CommandPath("k3s"), `sh -c 'command -v "$1"' sh k3s`},

@@ -32,11 +32,58 @@ func unitName(u string) string {
 func unitFile(u string) (string, bool) {
 	for _, d := range unitDirs {
 		f := p(filepath.Join(d, u))
+		if isMask(f) {
+			continue
+		}
 		if _, err := os.Stat(f); err == nil {
 			return f, true
 		}
 	}
 	return "", false
+}
+
+// A unit is masked by a symlink to /dev/null named after it: in
+// /run/systemd/system until the next boot (mask --runtime), or in
+// /etc/systemd/system (systemctl(1), mask). systemd refuses every job
+// but stop on a masked unit: "Unit %s is masked." (src/core/unit.c,
+// bus_unit_validate_load_state, systemd 255).
+const runtimeUnitDir = "run/systemd/system"
+
+func isMask(path string) bool {
+	dst, err := os.Readlink(path)
+	return err == nil && dst == "/dev/null"
+}
+
+// maskedState is systemctl is-enabled's word for a masked unit, "" for
+// one that is not.
+func maskedState(u string) string {
+	switch {
+	case isMask(p(filepath.Join(runtimeUnitDir, u))):
+		return "masked-runtime"
+	case isMask(p(filepath.Join("etc/systemd/system", u))):
+		return "masked"
+	}
+	return ""
+}
+
+// errMasked is systemd's refusal of a start on a masked unit.
+type errMasked string
+
+func (e errMasked) Error() string { return "Unit " + string(e) + " is masked." }
+
+// lockUnit serializes a unit's jobs, as systemd runs one job per unit at
+// a time: a start is registered (its process started and known as
+// activating) or refused before a stop or a mask looks at the unit, never
+// halfway. Without it, a stop could find nothing to stop while a start
+// already under way goes on to start the unit a moment later.
+func lockUnit(u string) (unlock func()) {
+	_ = os.MkdirAll(p(unitState), 0o755)
+	f, err := os.OpenFile(state(u, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return func() {}
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+	return func() { f.Close() }
 }
 
 func state(u, kind string) string { return p(filepath.Join(unitState, u+"."+kind)) }
@@ -149,11 +196,21 @@ func environment(file, unit string) ([]string, error) {
 }
 
 func start(u string) error {
+	unlock := lockUnit(u)
+	registered := false
+	defer func() {
+		if !registered {
+			unlock()
+		}
+	}()
+	if maskedState(u) != "" {
+		return errMasked(u)
+	}
 	file, ok := unitFile(u)
 	if !ok {
 		return fmt.Errorf("Unit %s not found.", u)
 	}
-	if isActive(u) {
+	if isActive(u) || activatingPid(u) > 0 {
 		return nil
 	}
 	_ = os.MkdirAll(p(unitState), 0o755)
@@ -186,6 +243,10 @@ func start(u string) error {
 			notify = c
 			cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+sock)
 		}
+		// systemd forks a unit's process itself, so it holds none of the
+		// client's descriptors (a lock the caller's shell took, say): the
+		// ones this client inherited are not passed on.
+		closeInheritedOnExec()
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("Job for %s failed: %v", u, err)
 		}
@@ -193,6 +254,9 @@ func start(u string) error {
 		if notify != nil {
 			_ = os.WriteFile(state(u, "activating"), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 			defer os.Remove(state(u, "activating"))
+			// Known as activating now: a stop may look.
+			registered = true
+			unlock()
 			died := make(chan error, 1)
 			go func() { died <- cmd.Wait() }()
 			ready := make(chan bool, 1)
@@ -226,7 +290,23 @@ func start(u string) error {
 	return os.WriteFile(state(u, "active"), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 }
 
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec:
+// Go opens its own so, but one inherited from the shell that ran
+// systemctl is not.
+func closeInheritedOnExec() {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range fds {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}
+
 func stop(u string) {
+	defer lockUnit(u)()
 	b, err := os.ReadFile(state(u, "active"))
 	if err != nil {
 		if pid := activatingPid(u); pid > 0 {
@@ -262,7 +342,7 @@ func terminate(pid int) {
 // inactive unit from is-active, 5 for a missing unit).
 func Systemctl(args []string, stdout, stderr io.Writer) int {
 	var words, props []string
-	now, value, tsStyle := false, false, ""
+	now, value, runtime, tsStyle := false, false, false, ""
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -270,6 +350,8 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 			now = true
 		case a == "--value":
 			value = true
+		case a == "--runtime":
+			runtime = true
 		case a == "-p" || a == "--property":
 			if i+1 < len(args) {
 				i++
@@ -296,7 +378,7 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch verb {
-	case "start", "restart", "stop", "enable":
+	case "start", "restart", "stop", "enable", "mask":
 		// A job goes on when the client that asked for it goes: systemd
 		// runs it, not systemctl. Here the client does the job, so it
 		// outlives a hang-up (an SSH session cut while it waits for
@@ -308,7 +390,7 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 	for _, raw := range units {
 		u := unitName(filepath.Base(raw))
 		switch verb {
-		case "start", "restart", "enable", "disable", "stop":
+		case "start", "restart", "enable", "disable", "stop", "mask", "unmask":
 			if os.Geteuid() != 0 {
 				fmt.Fprintln(stderr, "Failed to "+verb+" "+u+": Access denied")
 				return 1
@@ -322,13 +404,63 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 				code = 5
 				continue
 			}
+			if maskedState(u) != "" {
+				// systemd refuses the whole job, a restart's stop too.
+				fmt.Fprintf(stderr, "Failed to %s %s: %v\n", verb, u, errMasked(u))
+				code = 1
+				continue
+			}
 			if verb == "restart" && isActive(u) {
 				stop(u)
 				record(u, "restart")
 			}
 			if err := start(u); err != nil {
-				fmt.Fprintln(stderr, err)
+				if m, ok := err.(errMasked); ok {
+					// Masked while this start waited for the unit.
+					fmt.Fprintf(stderr, "Failed to %s %s: %v\n", verb, u, m)
+				} else {
+					fmt.Fprintln(stderr, err)
+				}
 				code = 1
+			}
+		case "mask":
+			// systemd 255 install.c (src, shared directory): the symlink, and
+			// install_changes_dump's "Created symlink %s → %s.".
+			dir := "etc/systemd/system"
+			if runtime {
+				dir = runtimeUnitDir
+			}
+			link := p(filepath.Join(dir, u))
+			if !isMask(link) {
+				if _, err := os.Lstat(link); err == nil {
+					fmt.Fprintf(stderr, "Failed to mask unit: File /%s/%s already exists.\n", dir, u)
+					code = 1
+					continue
+				}
+				_ = os.MkdirAll(filepath.Dir(link), 0o755)
+				unlock := lockUnit(u)
+				err := os.Symlink("/dev/null", link)
+				unlock()
+				if err != nil {
+					fmt.Fprintf(stderr, "Failed to mask unit: %v\n", err)
+					code = 1
+					continue
+				}
+				fmt.Fprintf(stderr, "Created symlink /%s/%s → /dev/null.\n", dir, u)
+				record(u, "mask")
+			}
+			if now {
+				stop(u)
+			}
+		case "unmask":
+			dir := "etc/systemd/system"
+			if runtime {
+				dir = runtimeUnitDir
+			}
+			if link := p(filepath.Join(dir, u)); isMask(link) {
+				_ = os.Remove(link)
+				fmt.Fprintf(stderr, "Removed \"/%s/%s\".\n", dir, u)
+				record(u, "unmask")
 			}
 		case "stop":
 			stop(u)
@@ -362,7 +494,10 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 				code = 3
 			}
 		case "is-enabled":
-			if _, err := os.Stat(state(u, "enabled")); err == nil {
+			if m := maskedState(u); m != "" {
+				fmt.Fprintln(stdout, m)
+				code = 1
+			} else if _, err := os.Stat(state(u, "enabled")); err == nil {
 				fmt.Fprintln(stdout, "enabled")
 			} else if exists {
 				fmt.Fprintln(stdout, "disabled")
@@ -395,6 +530,14 @@ func Systemctl(args []string, stdout, stderr io.Writer) int {
 // Boot brings units to their boot state: nothing runs after a power-off;
 // enabled units start.
 func Boot() {
+	// /run is a tmpfs: what was masked until the next boot is not.
+	if links, err := os.ReadDir(p(runtimeUnitDir)); err == nil {
+		for _, l := range links {
+			if f := p(filepath.Join(runtimeUnitDir, l.Name())); isMask(f) {
+				_ = os.Remove(f)
+			}
+		}
+	}
 	entries, _ := os.ReadDir(p(unitState))
 	for _, e := range entries {
 		if u, ok := strings.CutSuffix(e.Name(), ".active"); ok {

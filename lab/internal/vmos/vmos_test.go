@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -151,5 +153,108 @@ func TestEnvironmentFile(t *testing.T) {
 	os.WriteFile(unit, []byte("[Service]\nEnvironmentFile=/etc/default/missing\n"), 0o644)
 	if _, err := environment(unit, "k3s.service"); err == nil {
 		t.Error("a missing required EnvironmentFile was accepted")
+	}
+}
+
+// TestMaskRuntime: mask --runtime --now stops a start under way and
+// refuses every later one with systemd's words until unmask or a boot;
+// is-enabled says masked-runtime (exit 1), as systemd 255 does.
+func TestMaskRuntime(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("systemctl mask insists on root, as upstream")
+	}
+	setRoot(t)
+	os.MkdirAll(filepath.Join(Root, "etc/systemd/system"), 0o755)
+	os.WriteFile(filepath.Join(Root, "etc/systemd/system/slow.service"), []byte("[Service]\nType=notify\nExecStart=/bin/sleep 60\n"), 0o644)
+	os.MkdirAll(filepath.Join(Root, "var/log"), 0o755)
+	started := make(chan int, 1)
+	go func() {
+		code, _, _ := run(sysctl, "start", "slow")
+		started <- code
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, out, _ := run(sysctl, "is-active", "slow"); out == "activating\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never activating")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, _, e := run(sysctl, "mask", "--runtime", "--now", "slow"); code != 0 || e != "Created symlink /run/systemd/system/slow.service → /dev/null.\n" {
+		t.Errorf("mask: %d %q", code, e)
+	}
+	select {
+	case code := <-started:
+		if code != 1 {
+			t.Errorf("the start under way: exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the start under way never returned")
+	}
+	if code, out, _ := run(sysctl, "is-active", "slow"); code != 3 || out != "inactive\n" {
+		t.Errorf("is-active: %d %q", code, out)
+	}
+	if code, out, _ := run(sysctl, "is-enabled", "slow"); code != 1 || out != "masked-runtime\n" {
+		t.Errorf("is-enabled: %d %q", code, out)
+	}
+	for _, verb := range []string{"start", "restart"} {
+		if code, _, e := run(sysctl, verb, "slow"); code != 1 || e != "Failed to "+verb+" slow.service: Unit slow.service is masked.\n" {
+			t.Errorf("%s: %d %q", verb, code, e)
+		}
+	}
+	if code, _, e := run(sysctl, "mask", "--runtime", "slow"); code != 0 || e != "" {
+		t.Errorf("mask again: %d %q", code, e)
+	}
+	if code, _, e := run(sysctl, "unmask", "--runtime", "slow"); code != 0 || e != "Removed \"/run/systemd/system/slow.service\".\n" {
+		t.Errorf("unmask: %d %q", code, e)
+	}
+	if code, out, _ := run(sysctl, "is-enabled", "slow"); code != 1 || out != "disabled\n" {
+		t.Errorf("is-enabled after unmask: %d %q", code, out)
+	}
+	// A boot clears /run.
+	run(sysctl, "mask", "--runtime", "slow")
+	Boot()
+	if _, out, _ := run(sysctl, "is-enabled", "slow"); out != "disabled\n" {
+		t.Errorf("is-enabled after a boot: %q", out)
+	}
+}
+
+// TestUnitHoldsNoClientDescriptor: systemd forks a unit's process, so it
+// never holds what the systemctl client had open, such as a lock its
+// shell took (the restore's rejoin holds one until its start returns).
+func TestUnitHoldsNoClientDescriptor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("systemctl start insists on root, as upstream")
+	}
+	setRoot(t)
+	os.MkdirAll(filepath.Join(Root, "etc/systemd/system"), 0o755)
+	os.WriteFile(filepath.Join(Root, "etc/systemd/system/idle.service"), []byte("[Service]\nExecStart=/bin/sleep 60\n"), 0o644)
+	os.MkdirAll(filepath.Join(Root, "var/log"), 0o755)
+	lock := filepath.Join(t.TempDir(), "lock")
+	fd, err := syscall.Open(lock, syscall.O_CREAT|syscall.O_RDWR, 0o644) // no O_CLOEXEC: a shell's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if code, _, e := run(sysctl, "start", "idle"); code != 0 {
+		t.Fatalf("start: %s", e)
+	}
+	b, _ := os.ReadFile(state("idle.service", "active"))
+	pid := strings.TrimSpace(string(b))
+	defer func() {
+		// The test process is the unit's parent here (on a VM the
+		// client exits and init reaps it): end and reap it.
+		n, _ := strconv.Atoi(pid)
+		syscall.Kill(n, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(n, &ws, 0, nil)
+	}()
+	fds, _ := os.ReadDir("/proc/" + pid + "/fd")
+	for _, e := range fds {
+		if dst, _ := os.Readlink("/proc/" + pid + "/fd/" + e.Name()); dst == lock {
+			t.Errorf("the unit's process %s holds the client's %s as fd %s", pid, lock, e.Name())
+		}
 	}
 }
