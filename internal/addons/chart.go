@@ -114,6 +114,10 @@ var _ step.Waiter = (*Manifest)(nil)
 // ID implements step.Step.
 func (s *Manifest) ID() string { return s.C.Name + "-chart" }
 
+// Independent implements step.Independent: its Check reads the manifest file on the VM,
+// nothing an earlier step left.
+func (s *Manifest) Independent() {}
+
 // Host implements step.Step.
 func (s *Manifest) Host() string { return s.V.Name }
 

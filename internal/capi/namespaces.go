@@ -23,6 +23,10 @@ var _ step.Step = (*Namespaces)(nil)
 // ID implements step.Step.
 func (s *Namespaces) ID() string { return "namespaces" }
 
+// Independent implements step.Independent: its Check reads the cluster,
+// nothing an earlier step left.
+func (s *Namespaces) Independent() {}
+
 // Host implements step.Step.
 func (s *Namespaces) Host() string { return s.C.Name }
 

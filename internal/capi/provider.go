@@ -51,6 +51,10 @@ var _ step.Waiter = (*ProviderStep)(nil)
 // ID implements step.Step: provider-core, provider-control-plane, ...
 func (s *ProviderStep) ID() string { return "provider-" + s.P.Kind.Prefix }
 
+// Independent implements step.Independent: its Check reads the cluster (a dry-run included),
+// nothing an earlier step left.
+func (s *ProviderStep) Independent() {}
+
 // Host implements step.Step.
 func (s *ProviderStep) Host() string { return s.C.Name }
 

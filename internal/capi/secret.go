@@ -25,6 +25,10 @@ var _ step.Step = (*Variables)(nil)
 // ID implements step.Step.
 func (s *Variables) ID() string { return "variables" }
 
+// Independent implements step.Independent: its Check reads the cluster,
+// nothing an earlier step left.
+func (s *Variables) Independent() {}
+
 // Host implements step.Step.
 func (s *Variables) Host() string { return s.C.Name }
 
@@ -92,6 +96,10 @@ var _ step.Step = (*Prune)(nil)
 
 // ID implements step.Step.
 func (s *Prune) ID() string { return "prune-variables" }
+
+// Independent implements step.Independent: its Check reads the cluster,
+// nothing an earlier step left.
+func (s *Prune) Independent() {}
 
 // Host implements step.Step.
 func (s *Prune) Host() string { return s.C.Name }

@@ -78,6 +78,10 @@ var _ step.Step = (*Token)(nil)
 // ID implements step.Step.
 func (s *Token) ID() string { return "proxmox-token" }
 
+// Independent implements step.Independent: its Check asks the Proxmox API,
+// nothing an earlier step left.
+func (s *Token) Independent() {}
+
 // Host implements step.Step.
 func (s *Token) Host() string { return s.C.Name }
 

@@ -369,6 +369,7 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 		return err
 	}
 	defer r.close()
+	s.WarmVMs(ctx)
 	if err := r.preflight(ctx, selected, f.skipPreflight, false); err != nil {
 		return err
 	}
@@ -454,6 +455,7 @@ func runStatus(ctx context.Context, g *global, o *Options, tags, skip []string) 
 	}
 	s.Dialer = &remote.Dialer{AgentSocket: o.Getenv("SSH_AUTH_SOCK"), Redactor: x, Retry: remote.Retry{Attempts: 2},
 		KeepAlive: keepAlive(l.Cluster.Spec.SSH)}
+	s.WarmVMs(ctx)
 	r := health.Run(ctx, selected, statuscheck.Extras(s))
 	if g.output == "json" {
 		err = health.WriteJSON(o.Out, r, x)

@@ -254,6 +254,59 @@ type runner struct {
 	// seen counts the steps of each key run so far, to find each one's
 	// listed plan.
 	seen map[StepKey]int
+	// carried counts the plans carried out so far: a plan checked ahead
+	// holds only while it has not moved.
+	carried int
+	// ahead are the phase's Checks run ahead: a change waits for them
+	// all, so that no read ahead overlaps what a step changes (or what
+	// its Finish records in memory).
+	ahead []*checked
+}
+
+// checked is a step's Check run ahead of its turn (step.Independent).
+type checked struct {
+	done    chan struct{}
+	carried int // runner.carried when the Check started
+	plan    step.Plan
+	err     error
+}
+
+// checkAhead starts the Check of each independent step of steps, side by
+// side, and returns them by index (nil for the others). A Check run ahead
+// reports no progress (the step has not started, as the output shows it).
+func (r *runner) checkAhead(ctx context.Context, steps []step.Step) []*checked {
+	ahead := make([]*checked, len(steps))
+	for i, s := range steps {
+		if _, ok := s.(step.Independent); !ok {
+			continue
+		}
+		if _, ok := s.(step.Conditional); ok {
+			continue
+		}
+		c := &checked{done: make(chan struct{}), carried: r.carried}
+		ahead[i] = c
+		go func() {
+			defer close(c.done)
+			c.plan, c.err = s.Check(ctx)
+		}()
+	}
+	return ahead
+}
+
+// plan is the step's plan for its turn: the one checked ahead when it
+// still holds, or a Check now.
+func (r *runner) plan(ctx context.Context, s step.Step, ahead *checked) (step.Plan, error) {
+	if ahead != nil {
+		select {
+		case <-ahead.done:
+		case <-ctx.Done():
+			return step.Plan{}, ctx.Err()
+		}
+		if ahead.err == nil && ahead.plan.Skip == "" && ahead.carried == r.carried {
+			return ahead.plan, nil
+		}
+	}
+	return s.Check(ctx)
 }
 
 func (r *runner) emit(e Event) {
@@ -298,19 +351,27 @@ func (r *runner) phase(p step.Phase) error {
 		}
 		r.emit(e)
 	}
-	for _, s := range p.Steps {
+	// The Checks run ahead end with the phase: one the phase did not
+	// reach (a step before it failed) is not left reading.
+	actx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	ahead := r.checkAhead(actx, p.Steps)
+	r.ahead = ahead
+	defer func() { r.ahead = nil }()
+	for i, s := range p.Steps {
 		if err := r.interrupted(); err != nil {
 			return err
 		}
-		if err := r.step(p.Tag, s); err != nil {
+		if err := r.step(p.Tag, s, ahead[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// step runs one step: its check, then in a run its plan and its wait.
-func (r *runner) step(tag step.Tag, s step.Step) error {
+// step runs one step: its check (or the one run ahead, while it holds),
+// then in a run its plan and its wait.
+func (r *runner) step(tag step.Tag, s step.Step, ahead *checked) error {
 	var applies error
 	if c, ok := s.(step.Conditional); ok {
 		ok, err := c.Applies(r.ctx)
@@ -337,7 +398,7 @@ func (r *runner) step(tag step.Tag, s step.Step) error {
 	if applies != nil {
 		return fail(fmt.Errorf("check: %w", applies))
 	}
-	plan, err := s.Check(ctx)
+	plan, err := r.plan(ctx, s, ahead)
 	if err != nil {
 		return fail(fmt.Errorf("check: %w", err))
 	}
@@ -405,6 +466,12 @@ func (r *runner) carryOut(ctx context.Context, s step.Step, plan step.Plan) erro
 	if r.opts.Exec == nil {
 		return errors.New("this run cannot change anything (no executor)")
 	}
+	for _, c := range r.ahead {
+		if c != nil {
+			<-c.done
+		}
+	}
+	r.carried++
 	return step.CarryOut(ctx, s, plan, r.opts.Exec)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -503,5 +504,78 @@ func TestConditional(t *testing.T) {
 	_, err = Run(context.Background(), ps, Options{Exec: w}, &events{})
 	if err == nil || !strings.Contains(err.Error(), "k3s/backup-first on vm: check: etcd member s3 unhealthy") {
 		t.Errorf("deciding failed: %v", err)
+	}
+}
+
+// ahead is an independent step whose Check counts its calls and, with
+// gate, waits until every step sharing it has started its Check.
+type ahead struct {
+	id     string
+	checks atomic.Int32
+	gate   *sync.WaitGroup
+	plan   func(n int32) step.Plan
+}
+
+func (s *ahead) ID() string   { return s.id }
+func (s *ahead) Host() string { return "h" }
+func (s *ahead) Independent() {}
+func (s *ahead) Check(context.Context) (step.Plan, error) {
+	n := s.checks.Add(1)
+	if s.gate != nil && n == 1 {
+		s.gate.Done()
+		s.gate.Wait()
+	}
+	return s.plan(n), nil
+}
+
+// TestIndependentStepsAreCheckedAhead: independent steps are checked side
+// by side as the phase starts (each Check here waits for the others to
+// start: one after another they would never return), and a plan checked
+// ahead is used in its turn while nothing was carried out; after a
+// change, a later step is checked again and that plan is the one carried
+// out. Events stay in the phases' order.
+func TestIndependentStepsAreCheckedAhead(t *testing.T) {
+	none := func(int32) step.Plan { return step.Plan{Note: "as configured"} }
+	var gate sync.WaitGroup
+	gate.Add(3)
+	a, b, c := &ahead{id: "a", gate: &gate, plan: none}, &ahead{id: "b", gate: &gate, plan: none}, &ahead{id: "c", gate: &gate, plan: none}
+	var ev events
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: []step.Step{a, b, c}}}, Options{Exec: &recording{}}, &ev)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the independent steps were not checked side by side")
+	}
+	if got := strings.Join(ev.ends(), " "); got != "k3s/a=ok k3s/b=ok k3s/c=ok" {
+		t.Errorf("events: %s", got)
+	}
+	for _, s := range []*ahead{a, b, c} {
+		if n := s.checks.Load(); n != 1 {
+			t.Errorf("%s checked %d times on a run that changed nothing", s.id, n)
+		}
+	}
+
+	// A change first: the later step's plan is checked again, after it.
+	run := effect.Run{Host: "h", Cmd: remote.Command("fix")}
+	changes := &planned{step.Plan{Changes: []step.Change{{Summary: "fix", Effects: []effect.Effect{run}}}}}
+	later := &ahead{id: "later", plan: func(n int32) step.Plan {
+		if n == 1 {
+			return step.Plan{Changes: []step.Change{{Summary: "stale", Effects: []effect.Effect{run}}}}
+		}
+		return step.Plan{Note: "as configured since the fix"}
+	}}
+	var x recording
+	if _, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: []step.Step{changes, later}}}, Options{Exec: &x}, &events{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := later.checks.Load(); n != 2 || len(x.got) != 1 {
+		t.Errorf("after a change: checked %d times, carried out %v", n, x.got)
 	}
 }

@@ -19,6 +19,10 @@ var _ step.Step = (*GuestAgent)(nil)
 // ID implements step.Step.
 func (s *GuestAgent) ID() string { return "guest-agent" }
 
+// Independent implements step.Independent: its Check reads the package and the service on the VM,
+// nothing an earlier step left.
+func (s *GuestAgent) Independent() {}
+
 // Host implements step.Step.
 func (s *GuestAgent) Host() string { return s.V.Name() }
 

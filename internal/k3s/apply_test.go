@@ -38,7 +38,7 @@ func TestApplyRunsThePlan(t *testing.T) {
 			want: []string{"write /etc/rancher/k3s/config.yaml"}},
 		{name: "install", step: func(v *VM) step.Step { return &Install{V: v} },
 			// The version is read back: the installed one is the plan's.
-			answer: remotetest.Batch(map[string]string{"sh -c 'command -v k3s": "k3s version v1.35.7+k3s1 (8d0d2a5e)\ngo version go1.25.4\n", "systemctl is-active": "active\n"}),
+			answer: remotetest.Batch(map[string]string{"sh -c 'bin=$(command -v k3s)": "k3s version v1.35.7+k3s1 (8d0d2a5e)\ngo version go1.25.4\n", "systemctl is-active": "active\n"}),
 			plan:   []string{"on lab-mgmt: install k3s v1.35.7+k3s1 with https://get.k3s.io (as root)"},
 			want:   []string{"run " + remote.Script("", installScript, "https://get.k3s.io", "v1.35.7+k3s1").String()}},
 		{name: "restart-k3s", step: func(v *VM) step.Step { return &Restart{NodeReady: &NodeReady{V: v}} },
@@ -131,7 +131,12 @@ func TestInstallLeavesARestoreAlone(t *testing.T) {
 		{false, true, "error: k3s on lab-mgmt-2 is held stopped (masked) by a restore that did not finish: run mgmtctl restore again to finish it"},
 		{true, false, "k3s v1.35.10+k3s1 installed"},
 	} {
-		v := &VM{Spec: Spec{Name: "lab-mgmt-2", Version: pin}, Installed: "v1.35.10+k3s1", Active: tc.active, Masked: tc.masked}
+		file := "enabled\n"
+		if tc.masked {
+			file = MaskedRuntime + "\n"
+		}
+		h := &remotetest.Host{HostName: "lab-mgmt-2", Answer: func(remote.Cmd) (remote.Result, error) { return remote.Result{Stdout: []byte(file)}, nil }}
+		v := &VM{Spec: Spec{Name: "lab-mgmt-2", Version: pin}, Host: h, Installed: "v1.35.10+k3s1", Active: tc.active}
 		p, err := (&Install{V: v}).Check(context.Background())
 		got := p.Note
 		if len(p.Changes) > 0 {

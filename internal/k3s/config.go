@@ -108,6 +108,10 @@ var _ step.Step = (*Env)(nil)
 // ID implements step.Step.
 func (s *Env) ID() string { return "s3-keys" }
 
+// Independent implements step.Independent: its Check reads the environment file on the VM,
+// nothing an earlier step left.
+func (s *Env) Independent() {}
+
 // Host implements step.Step.
 func (s *Env) Host() string { return s.V.Name() }
 
@@ -142,6 +146,10 @@ var _ step.Step = (*Config)(nil)
 // ID implements step.Step.
 func (s *Config) ID() string { return "config" }
 
+// Independent implements step.Independent: its Check reads config.yaml on the VM,
+// nothing an earlier step left.
+func (s *Config) Independent() {}
+
 // Host implements step.Step.
 func (s *Config) Host() string { return s.V.Name() }
 
@@ -166,6 +174,10 @@ var _ step.Waiter = (*Restart)(nil)
 
 // ID implements step.Step.
 func (s *Restart) ID() string { return RestartID }
+
+// Independent implements step.Independent: its Check reads the files and the service on the VM, and the facts Prepare gathered,
+// nothing an earlier step left.
+func (s *Restart) Independent() {}
 
 // Host implements step.Step.
 func (s *Restart) Host() string { return s.V.Name() }

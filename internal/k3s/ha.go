@@ -238,6 +238,10 @@ var _ step.Step = (*KubeVIP)(nil)
 // ID implements step.Step.
 func (s *KubeVIP) ID() string { return "kube-vip" }
 
+// Independent implements step.Independent: its Check reads the manifest file on the VM,
+// nothing an earlier step left.
+func (s *KubeVIP) Independent() {}
+
 // Host implements step.Step.
 func (s *KubeVIP) Host() string { return s.V.Name() }
 

@@ -34,6 +34,10 @@ var _ step.Step = (*HostKeyCheck)(nil)
 // ID implements step.Step.
 func (s *HostKeyCheck) ID() string { return "host-key-check" }
 
+// Independent implements step.Independent: its Check reads the key through the node and the pinned one,
+// nothing an earlier step left.
+func (s *HostKeyCheck) Independent() {}
+
 // Host implements step.Step.
 func (s *HostKeyCheck) Host() string { return s.Name }
 

@@ -3,6 +3,7 @@ package k3s
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/effect"
@@ -33,12 +34,17 @@ func (s *Install) Check(ctx context.Context) (step.Plan, error) {
 	}
 	switch s.V.Installed {
 	case want:
-		if !s.V.Active && s.V.Masked {
-			// Starting it would bring back a member of the cluster
-			// the restore replaced.
-			return step.Plan{}, fmt.Errorf("k3s on %s is held stopped (masked) by a restore that did not finish: run mgmtctl restore again to finish it", s.V.Name())
-		}
 		if !s.V.Active {
+			// Read only here, off a converged run's path.
+			res, err := s.V.Host.Look(ctx, remote.ServiceFileState("k3s"))
+			if err != nil {
+				return step.Plan{}, fmt.Errorf("read whether k3s is masked on %s: %w", s.V.Name(), err)
+			}
+			if strings.TrimSpace(string(res.Stdout)) == MaskedRuntime {
+				// Starting it would bring back a member of the
+				// cluster the restore replaced.
+				return step.Plan{}, fmt.Errorf("k3s on %s is held stopped (masked) by a restore that did not finish: run mgmtctl restore again to finish it", s.V.Name())
+			}
 			// An install cut short (or a stopped service): the installer
 			// finishes the job and starts k3s.
 			return step.Plan{Changes: []step.Change{{Target: "k3s", Action: step.Update, Summary: "re-run the k3s " + want + " installer: the k3s service is not running", Effects: run}}}, nil
@@ -68,6 +74,8 @@ trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
 printf '%s\n' 'connect-timeout = 30' 'speed-limit = 1' 'speed-time = 60' > "$tmp/.curlrc"
 curl -sSfL --retry 3 --connect-timeout 30 --speed-limit 1 --speed-time 60 -o "$tmp/install.sh" -- "$1"
 CURL_HOME=$tmp INSTALL_K3S_VERSION=$2 sh "$tmp/install.sh"
+# The version the binary says, for the next runs' reads (remote.K3sVersion).
+` + remote.K3sVersionRecord + `
 # The installer skips the start when nothing changed; a service left
 # stopped by an interrupted install must run all the same.
 systemctl start k3s`

@@ -69,9 +69,6 @@ type VM struct {
 	Installed string
 	// Active says the k3s service runs.
 	Active bool
-	// Masked says a restore holds the k3s service down (Stop) until this
-	// server rejoins.
-	Masked bool
 	// Gate, when set (a server among several), is asked before k3s is
 	// restarted or upgraded here: an error stops the run before this
 	// server is touched.
@@ -136,7 +133,7 @@ func (v *VM) config() []byte { return RenderConfig(v.Spec) }
 // else's).
 func (v *VM) env() []byte { return RenderEnv(v.Spec) }
 
-// Gather reads the installed k3s version and the service's state.
+// Gather reads the installed k3s version and whether the service runs.
 func (v *VM) Gather(ctx context.Context) error {
 	if v.Host == nil {
 		v.Installed = ""
@@ -144,8 +141,7 @@ func (v *VM) Gather(ctx context.Context) error {
 	}
 	res, err := remote.Batch(ctx, v.Host, false,
 		remote.K3sVersion(),
-		remote.ServiceActive("k3s"),
-		remote.ServiceFileState("k3s"))
+		remote.ServiceActive("k3s"))
 	if err != nil {
 		return fmt.Errorf("read the k3s version: %w", err)
 	}
@@ -154,7 +150,6 @@ func (v *VM) Gather(ctx context.Context) error {
 		v.Installed = ParseVersion(string(res[0].Stdout))
 	}
 	v.Active = strings.TrimSpace(string(res[1].Stdout)) == "active"
-	v.Masked = strings.TrimSpace(string(res[2].Stdout)) == MaskedRuntime
 	return nil
 }
 

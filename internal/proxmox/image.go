@@ -45,7 +45,10 @@ func (s *Image) Check(ctx context.Context) (step.Plan, error) {
 
 // downloadScript fetches $1 to a temporary name beside $2, checks its
 // sha256 against $3 and only then renames it: the final name never holds an
-// unverified file.
+// unverified file. The sum it verified is then recorded beside the file
+// (remote.SHA256Record), so the next runs read the image's sum without
+// hashing it again while the file is unchanged; the old record goes first,
+// so a run cut short leaves none rather than a stale one.
 const downloadScript = `set -eu
 url=$1 dst=$2 want=$3
 mkdir -p -- "$(dirname -- "$dst")"
@@ -65,8 +68,10 @@ if [ "$got" != "$want" ]; then
   exit 65
 fi
 chmod 644 "$tmp"
+rm -f -- "$dst.sha256"
 mv -f -- "$tmp" "$dst"
-trap - EXIT`
+trap - EXIT
+` + remote.SHA256Record
 
 // checkAPI is the image through the API: the volume present, or Proxmox
 // told to download it into the image storage's 'import' content with the

@@ -115,7 +115,7 @@ func (n *Node) gather(ctx context.Context, image bool) error {
 	}
 	reads := []remote.Query{remote.QMConfig(n.VMID()), remote.QMStatus(n.VMID())}
 	if image {
-		reads = append(reads, remote.FileSHA256(n.ImagePath()))
+		reads = append(reads, remote.VerifiedSHA256(n.ImagePath()))
 	}
 	res, err := remote.Batch(ctx, n.Host, false, reads...)
 	if err != nil {

@@ -1,13 +1,17 @@
 package remote
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestQueryVocabulary lists every read a Query can be, with the command
@@ -25,6 +29,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"GuestHostKey", GuestHostKey("110", "ssh-ed25519"), "qm guest exec 110 -- cat /etc/ssh/ssh_host_ed25519_key.pub"},
 		{"FileSHA256", FileSHA256("/var/lib/vz/template/iso/x.img"), "sha256sum -- /var/lib/vz/template/iso/x.img"},
 		{"FileSHA256AndSize", FileSHA256AndSize("/s/snap"), `sh -c 'sha256sum < "$1" | cut -d'\'' '\'' -f1; stat -c %s -- "$1"' sh /s/snap`},
+		{"VerifiedSHA256", VerifiedSHA256("/i.img"), "sh -c 'if read -r sum size mtime < \"$1.sha256\" 2>/dev/null &&\n  [ \"$(stat -c '\\''%s %.9Y'\\'' -- \"$1\" 2>/dev/null)\" = \"$size $mtime\" ]; then\n  echo \"$sum\"\nelif [ -e \"$1\" ]; then\n  sha256sum < \"$1\" | cut -d'\\'' '\\'' -f1\nfi' sh /i.img"},
 		{"FileContent", FileContent("/etc/rancher/k3s/config.yaml"), "cat -- /etc/rancher/k3s/config.yaml"},
 		{"FileModTime", FileModTime("/etc/rancher/k3s/config.yaml"), "stat -c %.9Y -- /etc/rancher/k3s/config.yaml"},
 		{"ServiceActive", ServiceActive("k3s"), "systemctl is-active k3s"},
@@ -32,7 +37,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"ServiceFileState", ServiceFileState("k3s"), "systemctl is-enabled k3s"},
 		{"ServiceStateUnder", ServiceStateUnder("/run/x.lock", "k3s"), "sh -c 'if [ -e \"$1\" ]; then\n  exec 9<\"$1\"\n  flock -s -w 120 9 || exit 75\nfi\nsystemctl is-active \"$2\"\nsystemctl is-enabled \"$2\"\nexit 0' sh /run/x.lock k3s"},
 		{"PackageStatus", PackageStatus("qemu-guest-agent"), `dpkg-query -W '-f=${Status}' qemu-guest-agent`},
-		{"K3sVersion", K3sVersion(), `sh -c 'command -v k3s >/dev/null || exit 127; k3s --version'`},
+		{"K3sVersion", K3sVersion(), "sh -c 'bin=$(command -v k3s) || exit 127\nif read -r v size mtime < \"$1\" 2>/dev/null && [ \"$(stat -L -c '\\''%s %.9Y'\\'' -- \"$bin\")\" = \"$size $mtime\" ]; then\n  echo \"k3s version $v\"\nelse\n  exec k3s --version\nfi' sh /var/lib/mgmtctl/k3s-version"},
 		{"CommandPath", CommandPath("k3s"), `sh -c 'command -v "$1"' sh k3s`},
 		{"CloudInitStatus", CloudInitStatus(), "cloud-init status"},
 		{"EtcdSnapshots", EtcdSnapshots(), "sh -c '[ ! -r /etc/default/k3s ] || { set -a; . /etc/default/k3s; set +a; }\nexec k3s etcd-snapshot \"$@\"' sh ls"},
@@ -89,4 +94,82 @@ func queryConstructors(t *testing.T) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestVerifiedSHA256: the recorded sum while the file is as it was
+// recorded, the file's own sum once it changed or without a record, and
+// nothing for a file that is not there; SHA256Record writes the record it
+// reads.
+func TestVerifiedSHA256(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "noble.img")
+	sum := func() string {
+		t.Helper()
+		c := VerifiedSHA256(img).c
+		out, err := exec.Command(c.Args[0], c.Args[1:]...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := sum(); got != "" {
+		t.Errorf("no file: %q", got)
+	}
+	os.WriteFile(img, []byte("image"), 0o644)
+	const real = "6105d6cc76af400325e94d588ce511be5bfdbb73b437dc51eca43917d7a43e3d" // sha256 of "image"
+	if got := sum(); got != real {
+		t.Errorf("no record: %q", got)
+	}
+	// A record as the download writes it, with a sum that is not the
+	// file's: read from the record, the file is not hashed.
+	const recorded = "0000000000000000000000000000000000000000000000000000000000000000"
+	if out, err := exec.Command("sh", "-c", "want=$1 dst=$2\n"+SHA256Record, "sh", recorded, img).CombinedOutput(); err != nil {
+		t.Fatalf("record: %v %s", err, out)
+	}
+	if got := sum(); got != recorded {
+		t.Errorf("recorded: %q", got)
+	}
+	// The file changed since (its modification time moved): hashed.
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(img, later, later)
+	if got := sum(); got != real {
+		t.Errorf("changed since the record: %q", got)
+	}
+}
+
+// TestK3sVersion: the recorded version while the binary is as recorded,
+// k3s --version once it changed or without a record, exit 127 without k3s.
+func TestK3sVersion(t *testing.T) {
+	dir := t.TempDir()
+	bin, rec := filepath.Join(dir, "k3s"), filepath.Join(dir, "record")
+	read := func() (string, int) {
+		t.Helper()
+		c := K3sVersion().c
+		args := append(append([]string(nil), c.Args[:len(c.Args)-1]...), rec)
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "PATH="+dir+":/usr/bin:/bin")
+		out, err := cmd.Output()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		return strings.TrimSpace(string(out)), code
+	}
+	if _, code := read(); code != 127 {
+		t.Errorf("no k3s: exit %d", code)
+	}
+	os.WriteFile(bin, []byte("#!/bin/sh\necho 'k3s version v1.35.7+k3s1 (b261d34e)'\n"), 0o755)
+	if got, _ := read(); got != "k3s version v1.35.7+k3s1 (b261d34e)" {
+		t.Errorf("no record: %q", got)
+	}
+	fi, _ := os.Stat(bin)
+	os.WriteFile(rec, []byte(fmt.Sprintf("v1.35.6+k3s1 %d %d.%09d\n", fi.Size(), fi.ModTime().Unix(), fi.ModTime().Nanosecond())), 0o644)
+	if got, _ := read(); got != "k3s version v1.35.6+k3s1" {
+		t.Errorf("recorded: %q", got)
+	}
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(bin, later, later)
+	if got, _ := read(); got != "k3s version v1.35.7+k3s1 (b261d34e)" {
+		t.Errorf("the binary changed since the record: %q", got)
+	}
 }

@@ -69,6 +69,32 @@ type Session struct {
 	api     *pve.Client
 	apiHTTP *http.Client
 	once    map[string]error
+	// stopWarm cancels the dials WarmVMs started.
+	stopWarm context.CancelFunc
+}
+
+// WarmVMs dials, in the background, the VM of every server mgmtctl has
+// reached before, so that its SSH handshake (and lock) happens while the
+// run dials the Proxmox nodes and runs the preflight, rather than after
+// them: a converged run reads every node and every VM, and the VM was
+// otherwise dialed only once the vm phase had read its node. The dial is
+// the one the phases would make (DialVM: the same host-key rules, one
+// attempt); they take the connection when it is ready, or, if it failed
+// (a VM stopped or gone), dial again with their own patience. Nothing is
+// shown for a failed warm dial. Close cancels one still under way.
+func (s *Session) WarmVMs(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.stopWarm = cancel
+	s.mu.Unlock()
+	for _, srv := range s.Config.Servers() {
+		if s.VMNeverReached(srv) {
+			// A VM mgmtctl created and has not reached: it may still
+			// be booting, which the vm phase waits for.
+			continue
+		}
+		go func() { _, _ = s.DialVM(ctx, srv, false, nil) }()
+	}
 }
 
 // Once runs check the first time name is asked for in the run, and
@@ -269,13 +295,27 @@ func (s *Session) hostWith(ctx context.Context, d *remote.Dialer, first remote.R
 			s.mu.Unlock()
 			conn, release, err := s.connect(ctx, d, first, t)
 			s.mu.Lock()
-			hc.conn, hc.release, hc.err = conn, release, err
+			// The session closed while this dialed (a warm dial):
+			// nothing will use or close the connection but this.
+			orphan := err == nil && s.conns[t.Addr] != hc
+			if orphan {
+				err = errSessionClosed
+			} else {
+				hc.conn, hc.release = conn, release
+			}
+			hc.err = err
 			if err != nil {
 				// A failed dial is not kept: the next caller dials again.
 				delete(s.conns, t.Addr)
 			}
 			close(hc.ready)
 			s.mu.Unlock()
+			if orphan {
+				if release != nil {
+					release()
+				}
+				conn.Close()
+			}
 			if err != nil {
 				return nil, nil, err
 			}
@@ -544,17 +584,29 @@ func (s *Session) lostDuring(host, what string) error {
 	return nil
 }
 
+// errSessionClosed is a dial that ended after the session did.
+var errSessionClosed = errors.New("the run's session is closed")
+
 // Close releases every lock and connection.
 func (s *Session) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, hc := range s.conns {
-		if hc.release != nil {
-			hc.release()
-		}
-		if hc.conn != nil {
-			hc.conn.Close()
-		}
+	if s.stopWarm != nil {
+		s.stopWarm()
 	}
+	// Each release waits for its host's lock holder to answer: one round
+	// trip, every host's at once.
+	var wg sync.WaitGroup
+	for _, hc := range s.conns {
+		wg.Go(func() {
+			if hc.release != nil {
+				hc.release()
+			}
+			if hc.conn != nil {
+				hc.conn.Close()
+			}
+		})
+	}
+	wg.Wait()
 	s.conns = nil
 }

@@ -138,6 +138,21 @@ type Conditional interface {
 	Applies(ctx context.Context) (bool, error)
 }
 
+// Independent is a step whose Check depends only on what its phase's
+// Prepare gathered and on the hosts' state now, never on what an earlier
+// step of the run did or left in memory. The engine checks such steps
+// ahead of their turn, side by side, as soon as the phase's facts are
+// gathered, and keeps a step's plan for its turn only if the run has
+// carried out nothing since, the Check succeeded and did not skip:
+// otherwise it checks again then. On a converged run every phase's
+// reads thus overlap; a run that changes something decides each later
+// step on what it sees after the change, as before. A step says it is
+// independent on purpose, and must not be Conditional.
+type Independent interface {
+	Step
+	Independent()
+}
+
 // Finisher is a step with something to do once its plan was carried out:
 // read back what the effects left (qm resize exits 0 whatever its worker
 // did), take a value from their output for a later step, or say in the

@@ -89,7 +89,7 @@ func TestChangedVMKeyBeforeAnyChange(t *testing.T) {
 	pve, _ := os.ReadFile(filepath.Join(e.HostDisk("pve"), "ssh_host_ed25519_key.pub"))
 	f := strings.Fields(string(pve))
 	os.WriteFile(kh, []byte("192.0.2.50 "+f[0]+" "+f[1]+"\n"), 0o600)
-	mustSucceed(t, e.PVE("rm -f /var/lib/vz/template/iso/*.img"), "remove the image")
+	mustSucceed(t, e.PVE("rm -f /var/lib/vz/template/iso/*.img /var/lib/vz/template/iso/*.img.sha256"), "remove the image and its recorded sum")
 
 	r := e.apply("--tags", "vm")
 	if r.Code != 4 || !strings.Contains(r.Stderr, "host key of 192.0.2.50 CHANGED") || !strings.Contains(r.Stdout, "failed: [pve] vm/gather-facts") {

@@ -139,7 +139,7 @@ func EmptyBatch(c remote.Cmd) (remote.Result, error) {
 	return remote.Result{Stdout: []byte(out.String())}, nil
 }
 
-var batchLine = regexp.MustCompile(`\( \{ (.*); \} </dev/null >"\$d/([0-9]+)"`)
+var batchLine = regexp.MustCompile(`(?s)\( \{ (.*?); \} </dev/null >"\$d/([0-9]+)"`)
 
 // Batch answers a remote.Batch as a host would whose commands print the
 // stdout of the first entry of outs their command line starts with (and
