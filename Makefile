@@ -57,7 +57,7 @@ test-under-load:
 # set up).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
-	cd lab && $(GO) test -run '^$$' -bench . -benchtime 10x -timeout 20m ./e2e/
+	cd lab && MGMTCTL_BENCH_BASELINE=$(BASELINE) $(GO) test -run '^$$' -bench . -benchtime 10x -timeout 30m ./e2e/
 
 # Every step boundary of a fresh apply with each host it talks to dropped
 # off the network (about an hour; DROP_POINTS=regexp narrows it), and a

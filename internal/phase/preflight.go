@@ -159,17 +159,20 @@ func proxmoxPlace(ctx context.Context, s *session.Session) (string, error) {
 	if err := checkAPIAccess(ctx, s); err != nil {
 		return "", err
 	}
-	var out []string
-	for _, srv := range s.Config.Servers() {
+	// Each server's node is dialed and read beside the others'; the
+	// first failure in the config's order is the one reported.
+	servers := s.Config.Servers()
+	out := make([]string, len(servers))
+	if _, err := eachServer(servers, func(i int, srv config.Server) error {
 		n := &proxmox.Node{Spec: vmSpec(&s.Config.Cluster, srv)}
 		if err := nodeReader(ctx, s, srv, n); err != nil {
-			return "", err
+			return err
 		}
 		d, err := n.CheckPlace(ctx, probeAddress)
-		if err != nil {
-			return "", err
-		}
-		out = append(out, d)
+		out[i] = d
+		return err
+	}); err != nil {
+		return "", err
 	}
 	return strings.Join(out, "; "), nil
 }

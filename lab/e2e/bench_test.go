@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -61,39 +62,62 @@ func BenchmarkHA(b *testing.B) {
 
 // benchReruns measures a converged apply (changed=0) and status (the
 // seed's verification list), each also as the median of its runs: one
-// slow run (the machine busy) moves the mean, not the median.
+// slow run (the machine busy) moves the mean, not the median. With
+// MGMTCTL_BENCH_BASELINE naming another mgmtctl binary (an earlier
+// build: make bench BASELINE=path), each run of it alternates with one
+// of this build's, and its median is reported beside as baseline-ms:
+// both measured in the same run, on the same lab, under the same load.
 func benchReruns(b *testing.B, e *env) {
+	base := os.Getenv("MGMTCTL_BENCH_BASELINE")
 	b.Run("apply", func(b *testing.B) {
-		timed(b, func() {
-			if r := e.apply(); r.Code != 0 || !strings.Contains(r.Stdout, "changed=0") {
-				b.Fatalf("apply: %s\n%s", r.Stdout, r.Stderr)
+		timed(b, base, func(bin string) {
+			if r := e.Run("", bin, "apply", "-c", e.ConfigPath()); r.Code != 0 || !strings.Contains(r.Stdout, "changed=0") {
+				b.Fatalf("apply (%s): %s\n%s", bin, r.Stdout, r.Stderr)
 			}
-		})
+		}, e.bin)
 	})
 	b.Run("status", func(b *testing.B) {
-		timed(b, func() {
-			if r := e.mgmtctl("status"); r.Code != 0 {
-				b.Fatalf("status: %s\n%s", r.Stdout, r.Stderr)
+		timed(b, base, func(bin string) {
+			if r := e.Run("", bin, "status", "-c", e.ConfigPath()); r.Code != 0 {
+				b.Fatalf("status (%s): %s\n%s", bin, r.Stdout, r.Stderr)
 			}
-		})
+		}, e.bin)
 	})
 }
 
-// timed runs f once per iteration and reports the median run as
-// median-ms beside the benchmark's mean.
-func timed(b *testing.B, f func()) {
-	var runs []time.Duration
+// timed runs f with bin once per iteration (and with base before it,
+// when set, outside the benchmark's clock) and reports the medians as
+// median-ms and baseline-ms beside the benchmark's mean.
+func timed(b *testing.B, base string, f func(bin string), bin string) {
+	var runs, baseRuns []time.Duration
 	for b.Loop() {
+		if base != "" {
+			b.StopTimer()
+			start := time.Now()
+			f(base)
+			baseRuns = append(baseRuns, time.Since(start))
+			b.StartTimer()
+		}
 		start := time.Now()
-		f()
+		f(bin)
 		runs = append(runs, time.Since(start))
 	}
-	slices.Sort(runs)
-	if n := len(runs); n > 0 {
-		median := runs[n/2]
-		if n%2 == 0 {
-			median = (runs[n/2-1] + runs[n/2]) / 2
-		}
-		b.ReportMetric(float64(median.Microseconds())/1000, "median-ms")
+	b.ReportMetric(median(runs), "median-ms")
+	if base != "" {
+		b.ReportMetric(median(baseRuns), "baseline-ms")
 	}
+}
+
+// median is the median of runs in milliseconds.
+func median(runs []time.Duration) float64 {
+	if len(runs) == 0 {
+		return 0
+	}
+	s := slices.Clone(runs)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return float64(m.Microseconds()) / 1000
 }
