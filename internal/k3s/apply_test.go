@@ -104,15 +104,7 @@ func TestInstallNeverDowngrades(t *testing.T) {
 		{"", "install k3s v1.35.10+k3s1"},
 	} {
 		v := &VM{Spec: Spec{Name: "lab-mgmt", Version: pin}, Installed: tc.installed, Active: true}
-		p, err := (&Install{V: v}).Check(context.Background())
-		got := p.Note
-		if len(p.Changes) > 0 {
-			got = p.Changes[0].Summary
-		}
-		if err != nil {
-			got = "error: " + err.Error()
-		}
-		if got != tc.want {
+		if got := installSays(v); got != tc.want {
 			t.Errorf("installed %q: got %q, want %q", tc.installed, got, tc.want)
 		}
 	}
@@ -137,16 +129,21 @@ func TestInstallLeavesARestoreAlone(t *testing.T) {
 		}
 		h := &remotetest.Host{HostName: "lab-mgmt-2", Answer: func(remote.Cmd) (remote.Result, error) { return remote.Result{Stdout: []byte(file)}, nil }}
 		v := &VM{Spec: Spec{Name: "lab-mgmt-2", Version: pin}, Host: h, Installed: "v1.35.10+k3s1", Active: tc.active}
-		p, err := (&Install{V: v}).Check(context.Background())
-		got := p.Note
-		if len(p.Changes) > 0 {
-			got = p.Changes[0].Summary
-		}
-		if err != nil {
-			got = "error: " + err.Error()
-		}
-		if got != tc.want {
+		if got := installSays(v); got != tc.want {
 			t.Errorf("active %v, masked %v: got %q, want %q", tc.active, tc.masked, got, tc.want)
 		}
 	}
+}
+
+// installSays is what the install step's Check says on v: its first
+// change's summary, its note, or "error: " and its error.
+func installSays(v *VM) string {
+	p, err := (&Install{V: v}).Check(context.Background())
+	switch {
+	case err != nil:
+		return "error: " + err.Error()
+	case len(p.Changes) > 0:
+		return p.Changes[0].Summary
+	}
+	return p.Note
 }

@@ -97,43 +97,11 @@ func TestAptWaitsForCloudInit(t *testing.T) {
 // is "activating" (is-active exits 3), and stop ends it: its start then
 // fails, as systemd's job does.
 func TestNotifyUnitActivating(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("systemctl start insists on root, as upstream")
-	}
-	setRoot(t)
-	os.MkdirAll(filepath.Join(Root, "etc/systemd/system"), 0o755)
-	os.WriteFile(filepath.Join(Root, "etc/systemd/system/slow.service"), []byte("[Service]\nType=notify\nExecStart=/bin/sleep 60\n"), 0o644)
-	os.MkdirAll(filepath.Join(Root, "var/log"), 0o755)
-	started := make(chan int, 1)
-	go func() {
-		code, _, _ := run(sysctl, "start", "slow")
-		started <- code
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, out, _ := run(sysctl, "is-active", "slow")
-		if out == "activating\n" && code == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never activating: %d %q", code, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	started := startActivating(t)
 	if code, _, _ := run(sysctl, "stop", "slow"); code != 0 {
 		t.Errorf("stop: %d", code)
 	}
-	select {
-	case code := <-started:
-		if code != 1 {
-			t.Errorf("start of a unit stopped while activating: exit %d", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("start never returned")
-	}
-	if code, out, _ := run(sysctl, "is-active", "slow"); code != 3 || out != "inactive\n" {
-		t.Errorf("after stop: %d %q", code, out)
-	}
+	startFailed(t, started)
 }
 
 // TestEnvironmentFile: a unit's EnvironmentFile= lines are read in order,
@@ -160,42 +128,11 @@ func TestEnvironmentFile(t *testing.T) {
 // refuses every later one with systemd's words until unmask or a boot;
 // is-enabled says masked-runtime (exit 1), as systemd 255 does.
 func TestMaskRuntime(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("systemctl mask insists on root, as upstream")
-	}
-	setRoot(t)
-	os.MkdirAll(filepath.Join(Root, "etc/systemd/system"), 0o755)
-	os.WriteFile(filepath.Join(Root, "etc/systemd/system/slow.service"), []byte("[Service]\nType=notify\nExecStart=/bin/sleep 60\n"), 0o644)
-	os.MkdirAll(filepath.Join(Root, "var/log"), 0o755)
-	started := make(chan int, 1)
-	go func() {
-		code, _, _ := run(sysctl, "start", "slow")
-		started <- code
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, out, _ := run(sysctl, "is-active", "slow"); out == "activating\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never activating")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	started := startActivating(t)
 	if code, _, e := run(sysctl, "mask", "--runtime", "--now", "slow"); code != 0 || e != "Created symlink /run/systemd/system/slow.service → /dev/null.\n" {
 		t.Errorf("mask: %d %q", code, e)
 	}
-	select {
-	case code := <-started:
-		if code != 1 {
-			t.Errorf("the start under way: exit %d", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the start under way never returned")
-	}
-	if code, out, _ := run(sysctl, "is-active", "slow"); code != 3 || out != "inactive\n" {
-		t.Errorf("is-active: %d %q", code, out)
-	}
+	startFailed(t, started)
 	if code, out, _ := run(sysctl, "is-enabled", "slow"); code != 1 || out != "masked-runtime\n" {
 		t.Errorf("is-enabled: %d %q", code, out)
 	}
@@ -225,13 +162,7 @@ func TestMaskRuntime(t *testing.T) {
 // never holds what the systemctl client had open, such as a lock its
 // shell took (the restore's rejoin holds one until its start returns).
 func TestUnitHoldsNoClientDescriptor(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("systemctl start insists on root, as upstream")
-	}
-	setRoot(t)
-	os.MkdirAll(filepath.Join(Root, "etc/systemd/system"), 0o755)
-	os.WriteFile(filepath.Join(Root, "etc/systemd/system/idle.service"), []byte("[Service]\nExecStart=/bin/sleep 60\n"), 0o644)
-	os.MkdirAll(filepath.Join(Root, "var/log"), 0o755)
+	withUnit(t, "idle.service", "[Service]\nExecStart=/bin/sleep 60\n")
 	lock := filepath.Join(t.TempDir(), "lock")
 	fd, err := syscall.Open(lock, syscall.O_CREAT|syscall.O_RDWR, 0o644) // no O_CLOEXEC: a shell's
 	if err != nil {
@@ -256,5 +187,60 @@ func TestUnitHoldsNoClientDescriptor(t *testing.T) {
 		if dst, _ := os.Readlink("/proc/" + pid + "/fd/" + e.Name()); dst == lock {
 			t.Errorf("the unit's process %s holds the client's %s as fd %s", pid, lock, e.Name())
 		}
+	}
+}
+
+// withUnit gives the test a VM disk of its own (Root) holding one unit
+// file; systemctl's jobs insist on root, as upstream's.
+func withUnit(t *testing.T, name, unit string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("systemctl start insists on root, as upstream")
+	}
+	setRoot(t)
+	os.MkdirAll(filepath.Join(Root, "etc/systemd/system"), 0o755)
+	os.WriteFile(filepath.Join(Root, "etc/systemd/system", name), []byte(unit), 0o644)
+	os.MkdirAll(filepath.Join(Root, "var/log"), 0o755)
+}
+
+// startActivating starts slow.service, a Type=notify unit that never says
+// READY=1, and returns once is-active says activating (exit 3), with the
+// channel its start's exit code arrives on.
+func startActivating(t *testing.T) <-chan int {
+	t.Helper()
+	withUnit(t, "slow.service", "[Service]\nType=notify\nExecStart=/bin/sleep 60\n")
+	started := make(chan int, 1)
+	go func() {
+		code, _, _ := run(sysctl, "start", "slow")
+		started <- code
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, out, _ := run(sysctl, "is-active", "slow")
+		if out == "activating\n" && code == 3 {
+			return started
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never activating: %d %q", code, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startFailed checks that the start startActivating made fails (exit 1),
+// as systemd's job does when its unit is stopped while activating, and
+// that the unit is inactive then.
+func startFailed(t *testing.T, started <-chan int) {
+	t.Helper()
+	select {
+	case code := <-started:
+		if code != 1 {
+			t.Errorf("the start under way: exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the start under way never returned")
+	}
+	if code, out, _ := run(sysctl, "is-active", "slow"); code != 3 || out != "inactive\n" {
+		t.Errorf("after the stop: %d %q", code, out)
 	}
 }
