@@ -184,6 +184,11 @@ func TestHARestore(t *testing.T) {
 	if !strings.Contains(r.Stdout, "3 etcd members healthy") || !strings.Contains(r.Stdout, "delete Node lab-mgmt-old") {
 		t.Errorf("restore's output:\n%s", r.Stdout)
 	}
+	// The third server, held down by the killed restore, was still
+	// masked: nothing could start it meanwhile.
+	if !strings.Contains(r.Stdout, "ok: [lab-mgmt-3] restore/stop-k3s: k3s is stopped (inactive) and masked until it rejoins") {
+		t.Errorf("lab-mgmt-3 was not held down since the killed restore:\n%s", r.Stdout)
+	}
 	// The drift between the snapshot's Machines and Proxmox now.
 	for _, want := range []string{"Machine default/lab1-w-1: its VM 202 on pve2 is gone from Proxmox",
 		"VM 203 (lab1-w-2) on pve3: made by CAPMOX (tag ip_net0_192.0.2.103), no Machine knows it"} {
@@ -206,11 +211,12 @@ func TestHARestore(t *testing.T) {
 	if out := e.viaVIP("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`).Stdout; out != "TrueTrueTrueTrueTrue" {
 		t.Errorf("providers Ready: %q", out)
 	}
-	// Each peer's old etcd data is kept aside, as k3s's message asks.
+	// Each peer's old etcd data is kept aside, as k3s's message asks, and
+	// its k3s is no longer masked.
 	for _, ip := range []string{"192.0.2.51", "192.0.2.52"} {
-		ls := e.SSH("ubuntu", ip, filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "sudo ls /var/lib/rancher/k3s/server")
-		if !strings.Contains(ls.Stdout, "db-before-restore-") {
-			t.Errorf("%s's old etcd data: %+v", ip, ls)
+		ls := e.SSH("ubuntu", ip, filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "sudo ls /var/lib/rancher/k3s/server; systemctl is-enabled k3s")
+		if !strings.Contains(ls.Stdout, "db-before-restore-") || !strings.HasSuffix(ls.Stdout, "\nenabled\n") {
+			t.Errorf("%s's old etcd data, and k3s unmasked: %+v", ip, ls)
 		}
 	}
 	// Told to, the restore resumes the Cluster it held.
