@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"strings"
 	"syscall"
 	"time"
@@ -201,19 +199,11 @@ func chartReleased(ctx context.Context, rel *preflight.Released, repo, chart, ve
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, index, nil)
-	if err != nil {
-		return "", err
+	b, err := rel.Fetch(ctx, index, 64<<20)
+	var missing *preflight.MissingError
+	if errors.As(err, &missing) {
+		return "", fmt.Errorf("%s is not a chart repository: %s answers %s", repo, index, missing.Status)
 	}
-	resp, err := rel.Client().Do(req)
-	if err != nil {
-		return "", &preflight.SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", index, err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s is not a chart repository: %s answers %s", repo, index, resp.Status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return "", err
 	}

@@ -288,23 +288,11 @@ func newestRelease(ctx context.Context, rel *preflight.Released, repo, pinned st
 	return upgrade.NewestInLine(pinned, vs), ""
 }
 
-// get is a listing's body (never cached: a listing changes).
+// get is a listing's body, within ten seconds.
 func get(ctx context.Context, rel *preflight.Released, u string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := rel.Client().Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answers %s", u, resp.Status)
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return rel.Fetch(ctx, u, 16<<20)
 }
 
 // providerMetadata is a provider release's metadata.yaml (read once).

@@ -200,6 +200,26 @@ func (r *Released) Get(ctx context.Context, url string) (body []byte, cached boo
 	return b, false, nil
 }
 
+// Fetch GETs url, never from the cache (a listing, an index: they change),
+// and returns at most limit bytes of its body. A non-200 answer is a
+// *MissingError; no answer at all (the request failed) a *SkippedError.
+// Its bound is the caller's ctx.
+func (r *Released) Fetch(ctx context.Context, url string, limit int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.Client().Do(req)
+	if err != nil {
+		return nil, &SkippedError{Why: fmt.Sprintf("%s cannot be reached from this laptop (%v)", url, err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, &MissingError{URL: url, Status: resp.Status}
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, limit))
+}
+
 // Client is the HTTP client the checks use.
 func (r *Released) Client() *http.Client {
 	if r.HTTP == nil {
