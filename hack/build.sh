@@ -179,6 +179,12 @@ build_clusterctl() {
     -o "$bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
 }
 build_certmanager_older() { for v in $older; do build_certmanager "$v"; done; }
+# mgmtctl with Go's race detector, for the end-to-end tests of a cluster
+# of servers (lab/e2e's haEnv), where its Checks run side by side: a data
+# race there fails the test that met it (GORACE's report files). make test
+# runs the unit tests with -race first, so the instrumented packages are
+# mostly in the build cache by then.
+build_mgmtctl_race() { quiet "$root" "$GO" build -race -o "$bin/mgmtctl-race" ./cmd/mgmtctl; }
 build_versitygw() { install_bin versitygw "$root/lab/s3gw" -ldflags "$strip" github.com/versity/versitygw/cmd/versitygw; }
 
 # What the demo runs, in the order it needs it (cert-manager's chart
@@ -198,8 +204,8 @@ case "$set_" in
     ;;
 esac
 if [ "$set_" = all ]; then
-  wanted+=(helm clusterctl $(for v in $older; do echo "cert-manager-$v"; done) versitygw)
-  jobs+=("Helm's CLI $helm, for the tests|build_helm" "upstream's clusterctl $clusterctl, for the tests|build_clusterctl"
+  wanted+=(mgmtctl-race helm clusterctl $(for v in $older; do echo "cert-manager-$v"; done) versitygw)
+  jobs+=("mgmtctl with the race detector, for the tests|build_mgmtctl_race" "Helm's CLI $helm, for the tests|build_helm" "upstream's clusterctl $clusterctl, for the tests|build_clusterctl"
     "cert-manager ${older% }, for the tests|build_certmanager_older" "versitygw $versitygw, the lab's S3, for the tests|build_versitygw")
 fi
 missing=no

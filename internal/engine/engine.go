@@ -257,15 +257,17 @@ type runner struct {
 	// carried counts the plans carried out so far: a plan checked ahead
 	// holds only while it has not moved.
 	carried int
-	// ahead are the phase's Checks run ahead: a change waits for them
-	// all, so that no read ahead overlaps what a step changes (or what
-	// its Finish records in memory).
+	// ahead are the phase's Checks run ahead: a change cancels those
+	// still reading and waits for them to return, so that no read ahead
+	// overlaps what a step changes (or what its Finish records in
+	// memory); their steps check again at their turn.
 	ahead []*checked
 }
 
 // checked is a step's Check run ahead of its turn (step.Independent).
 type checked struct {
 	done    chan struct{}
+	cancel  context.CancelFunc
 	carried int // runner.carried when the Check started
 	plan    step.Plan
 	err     error
@@ -283,18 +285,23 @@ func (r *runner) checkAhead(ctx context.Context, steps []step.Step) []*checked {
 		if _, ok := s.(step.Conditional); ok {
 			continue
 		}
-		c := &checked{done: make(chan struct{}), carried: r.carried}
+		cctx, cancel := context.WithCancel(ctx)
+		c := &checked{done: make(chan struct{}), cancel: cancel, carried: r.carried}
 		ahead[i] = c
 		go func() {
 			defer close(c.done)
-			c.plan, c.err = s.Check(ctx)
+			c.plan, c.err = s.Check(cctx)
 		}()
 	}
 	return ahead
 }
 
 // plan is the step's plan for its turn: the one checked ahead when it
-// still holds, or a Check now.
+// still holds, or a Check now. A plan checked ahead holds only when it
+// has nothing to change: a change is decided on what is true at its
+// turn (a restart's quorum gate read the etcd members' health when the
+// phase started, maybe minutes before), so a step with changes checks
+// again; a converged run, whose plans are empty, checks each step once.
 func (r *runner) plan(ctx context.Context, s step.Step, ahead *checked) (step.Plan, error) {
 	if ahead != nil {
 		select {
@@ -302,7 +309,7 @@ func (r *runner) plan(ctx context.Context, s step.Step, ahead *checked) (step.Pl
 		case <-ctx.Done():
 			return step.Plan{}, ctx.Err()
 		}
-		if ahead.err == nil && ahead.plan.Skip == "" && ahead.carried == r.carried {
+		if ahead.err == nil && ahead.plan.Skip == "" && (ahead.plan.Empty() || r.opts.Check) && ahead.carried == r.carried {
 			return ahead.plan, nil
 		}
 	}
@@ -465,6 +472,14 @@ func (r *runner) step(tag step.Tag, s step.Step, ahead *checked) error {
 func (r *runner) carryOut(ctx context.Context, s step.Step, plan step.Plan) error {
 	if r.opts.Exec == nil {
 		return errors.New("this run cannot change anything (no executor)")
+	}
+	// A Check still reading ahead would read what this changes: it is
+	// cancelled (its step checks again at its turn, as it would anyway
+	// once anything was carried out), not waited out.
+	for _, c := range r.ahead {
+		if c != nil {
+			c.cancel()
+		}
 	}
 	for _, c := range r.ahead {
 		if c != nil {

@@ -579,3 +579,79 @@ func TestIndependentStepsAreCheckedAhead(t *testing.T) {
 		t.Errorf("after a change: checked %d times, carried out %v", n, x.got)
 	}
 }
+
+// blocking is an independent step whose Check, run ahead, reads until
+// its context ends (a quorum gate waiting on an etcd member), and is as
+// configured when checked at its turn.
+type blocking struct {
+	checks    atomic.Int32
+	cancelled atomic.Bool
+}
+
+func (s *blocking) ID() string   { return "blocking" }
+func (s *blocking) Host() string { return "h" }
+func (s *blocking) Independent() {}
+func (s *blocking) Check(ctx context.Context) (step.Plan, error) {
+	if s.checks.Add(1) == 1 {
+		<-ctx.Done()
+		s.cancelled.Store(true)
+		return step.Plan{}, ctx.Err()
+	}
+	return step.Plan{Note: "as configured"}, nil
+}
+
+// TestAheadChecksDecideAtTheirTurn: a change does not wait out a Check
+// still reading ahead: it cancels it, and that step checks again at its
+// turn. A plan with changes checked ahead is checked again at its turn
+// even when nothing was carried out meanwhile (what it decided, a quorum
+// gate among it, may no longer hold): the plan carried out is the one
+// checked then. A check run keeps the plan checked ahead: it carries
+// nothing out.
+func TestAheadChecksDecideAtTheirTurn(t *testing.T) {
+	run := effect.Run{Host: "h", Cmd: remote.Command("fix")}
+	change := &planned{step.Plan{Changes: []step.Change{{Summary: "fix", Effects: []effect.Effect{run}}}}}
+	slow := &blocking{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: []step.Step{change, slow}}}, Options{Exec: &recording{}}, &events{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the change waited for a Check running ahead instead of cancelling it")
+	}
+	if !slow.cancelled.Load() || slow.checks.Load() != 2 {
+		t.Errorf("the Check ahead: cancelled %v, checked %d times (want cancelled, then checked at its turn)", slow.cancelled.Load(), slow.checks.Load())
+	}
+
+	stale := effect.Run{Host: "h", Cmd: remote.Command("restart, as the gate allowed when the phase started")}
+	now := effect.Run{Host: "h", Cmd: remote.Command("restart, as the gate allows now")}
+	gated := func() *ahead {
+		return &ahead{id: "gated", plan: func(n int32) step.Plan {
+			e := now
+			if n == 1 {
+				e = stale
+			}
+			return step.Plan{Changes: []step.Change{{Summary: "restart", Effects: []effect.Effect{e}}}}
+		}}
+	}
+	g := gated()
+	var x recording
+	if _, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: []step.Step{g}}}, Options{Exec: &x}, &events{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.checks.Load(); n != 2 || len(x.got) != 1 || !reflect.DeepEqual(x.got[0], []effect.Effect{now}) {
+		t.Errorf("a change checked ahead: checked %d times, carried out %v (want the plan checked at its turn)", n, x.got)
+	}
+	g = gated()
+	if _, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: []step.Step{g}}}, Options{Check: true}, &events{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.checks.Load(); n != 1 {
+		t.Errorf("a check run checked a pending change %d times, want once", n)
+	}
+}

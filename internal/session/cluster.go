@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"sync"
 
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/kube"
@@ -17,7 +18,11 @@ import (
 // one way every phase (and status) reaches it: the steps read it through
 // a kube.Reader, in every mode; only the Executor's client writes.
 type Cluster struct {
-	s       *Session
+	s *Session
+	// mu guards what follows: the Checks run ahead side by side (a
+	// server's restart check reaches the quorum gate, and so Connect,
+	// beside the others) and the Executor share this one way in.
+	mu      sync.Mutex
 	done    bool
 	k3sYAML []byte
 	// cluster is the steps' way to the cluster, in every mode: a Reader,
@@ -32,6 +37,13 @@ type Cluster struct {
 // that dials from the VM. In check mode, a VM or cluster that does not
 // exist yet leaves the client nil: every step is then pending.
 func (a *Cluster) Connect(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.connect(ctx)
+}
+
+// connect is Connect with mu held.
+func (a *Cluster) connect(ctx context.Context) error {
 	if a.done {
 		return nil
 	}
@@ -69,7 +81,9 @@ func (a *Cluster) write(ctx context.Context) (*kube.Cluster, error) {
 	if a.s.ReadOnly {
 		return nil, errors.New("a read-only run does not write to the cluster")
 	}
-	if err := a.Connect(ctx); err != nil || a.writer != nil {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.connect(ctx); err != nil || a.writer != nil {
 		return a.writer, err
 	}
 	if a.vm == nil || a.k3sYAML == nil {
@@ -125,7 +139,8 @@ func (a *Cluster) EtcdHealth(ctx context.Context, members []string) ([]k3s.Membe
 	if err := a.Connect(ctx); err != nil {
 		return nil, err
 	}
-	if a.k3sYAML == nil {
+	k3sYAML := a.K3sYAML()
+	if k3sYAML == nil {
 		return nil, nil
 	}
 	var ms []k3s.Member
@@ -140,7 +155,7 @@ func (a *Cluster) EtcdHealth(ctx context.Context, members []string) ([]k3s.Membe
 			if err != nil {
 				return nil, fmt.Errorf("VM not reachable: %w", err)
 			}
-			return kube.NewReader(a.k3sYAML, a.s.APIDialer(h))
+			return kube.NewReader(k3sYAML, a.s.APIDialer(h))
 		}})
 	}
 	return k3s.EtcdHealth(ctx, ms), nil
@@ -149,7 +164,9 @@ func (a *Cluster) EtcdHealth(ctx context.Context, members []string) ([]k3s.Membe
 // API is the cluster once connected: nil in check mode while the VM or
 // its kubeconfig does not exist yet.
 func (a *Cluster) API(ctx context.Context) (*kube.Reader, error) {
-	if err := a.Connect(ctx); err != nil {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.connect(ctx); err != nil {
 		return nil, err
 	}
 	return a.cluster, nil
@@ -158,7 +175,9 @@ func (a *Cluster) API(ctx context.Context) (*kube.Reader, error) {
 // ConnectVM is Connect for phases that also write files on the VM: the
 // host stays nil in a check run before the VM exists.
 func (a *Cluster) ConnectVM(ctx context.Context) error {
-	if err := a.Connect(ctx); err != nil {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.connect(ctx); err != nil {
 		return err
 	}
 	if a.vm == nil && !a.s.ReadOnly {
@@ -173,10 +192,22 @@ func (a *Cluster) ConnectVM(ctx context.Context) error {
 
 // Reader is the steps' client of the cluster once connected (nil before,
 // or in a check run before k3s runs).
-func (a *Cluster) Reader() *kube.Reader { return a.cluster }
+func (a *Cluster) Reader() *kube.Reader {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cluster
+}
 
 // K3sYAML is the server's kubeconfig once connected, kept in memory only.
-func (a *Cluster) K3sYAML() []byte { return a.k3sYAML }
+func (a *Cluster) K3sYAML() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.k3sYAML
+}
 
 // VM is the server's VM the cluster was reached through.
-func (a *Cluster) VM() remote.Reader { return a.vm }
+func (a *Cluster) VM() remote.Reader {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.vm
+}

@@ -68,7 +68,7 @@ type Session struct {
 	cluster *Cluster
 	api     *pve.Client
 	apiHTTP *http.Client
-	once    map[string]error
+	once    map[string]*onceResult
 	// stopWarm cancels the dials WarmVMs started.
 	stopWarm context.CancelFunc
 }
@@ -100,22 +100,29 @@ func (s *Session) WarmVMs(ctx context.Context) {
 // Once runs check the first time name is asked for in the run, and
 // returns its result every time: a look two parts of a run need (the
 // Proxmox token's permissions, for the preflight and the vm phase) is
-// made once.
+// made once. Callers that ask at once (the preflight's checks run side by
+// side with the phases' Prepare) wait for the one look under way rather
+// than each making its own.
 func (s *Session) Once(name string, check func() error) error {
 	s.mu.Lock()
-	if err, done := s.once[name]; done {
-		s.mu.Unlock()
-		return err
+	if s.once == nil {
+		s.once = map[string]*onceResult{}
+	}
+	o, ok := s.once[name]
+	if !ok {
+		o = &onceResult{}
+		s.once[name] = o
 	}
 	s.mu.Unlock()
-	err := check()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.once == nil {
-		s.once = map[string]error{}
-	}
-	s.once[name] = err
-	return err
+	o.do.Do(func() { o.err = check() })
+	return o.err
+}
+
+// onceResult is one look of Once: made by the first caller, its error
+// read by all once made.
+type onceResult struct {
+	do  sync.Once
+	err error
 }
 
 // API says the vm phase reaches the nodes through the Proxmox API

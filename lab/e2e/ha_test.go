@@ -32,7 +32,35 @@ func haEnv(t testing.TB, l *labtest.Lab) *env {
 	if err := os.WriteFile(l.ConfigPath(), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return newEnv(t, l)
+	e := newEnv(t, l)
+	if _, bench := t.(*testing.B); !bench {
+		e.bin = raceChecked(t)
+	}
+	return e
+}
+
+// raceChecked is the tool built with the race detector, behind a script
+// that has each run write the detector's reports into a directory of the
+// test's (GORACE log_path: a file per process, so a run the test kills
+// leaves what it found too); the test fails at its end with every report
+// there. A cluster of servers is where mgmtctl's Checks, dials and waits
+// run side by side. Benchmarks measure the plain build.
+func raceChecked(t testing.TB) string {
+	dir := t.TempDir()
+	reports := filepath.Join(dir, "race")
+	script := filepath.Join(dir, "mgmtctl")
+	body := fmt.Sprintf("#!/bin/sh\nGORACE='log_path=%s' exec '%s' \"$@\"\n", reports, labtest.MgmtctlRace(t))
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		found, _ := filepath.Glob(reports + ".*")
+		for _, f := range found {
+			b, _ := os.ReadFile(f)
+			t.Errorf("mgmtctl's race detector (%s):\n%s", filepath.Base(f), b)
+		}
+	})
+	return script
 }
 
 // viaVIP runs kubectl with the admin kubeconfig mgmtctl wrote, whose

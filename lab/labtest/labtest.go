@@ -86,6 +86,15 @@ func Mgmtctl(t testing.TB) string {
 	return filepath.Join(BinDir(t), "mgmtctl")
 }
 
+// MgmtctlRace is the tool built with Go's race detector (bin/mgmtctl-race,
+// built with BinDir): the end-to-end tests of a cluster of servers run
+// it, with GORACE pointing its reports at files a test looks for (see
+// RaceReports).
+func MgmtctlRace(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(BinDir(t), "mgmtctl-race")
+}
+
 // Skip skips t under -short (the unit tests alone: make test-unit) and
 // fails it where a lab cannot run (not root, no network namespaces, no
 // OpenSSH server): a suite that skipped every lab test would pass having
