@@ -13,11 +13,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mgmtctl/mgmtctl/internal/s3layout"
 )
 
 // Paths on the VM (k3s's defaults).
@@ -72,6 +75,40 @@ type Snapshot struct {
 
 // InS3 says the snapshot is the bucket's.
 func (s Snapshot) InS3() bool { return strings.HasPrefix(s.Location, "s3://") }
+
+// InBucket is a snapshot in spec.backup.s3's bucket, with where it is.
+type InBucket struct {
+	Snapshot
+	// Dir is the folder the object is in (its key's directory).
+	Dir string
+	// Cluster is the id of the cluster that uploaded it
+	// (s3layout.ClusterOf); "" for the layout before per-cluster
+	// folders.
+	Cluster string
+}
+
+// Bucketed is the snapshots of `k3s etcd-snapshot ls` in bucket under
+// folder (spec.backup.s3's), each with its folder and cluster. k3s lists
+// by key prefix, so a folder "k3s/mgmt" also lists "k3s/mgmt2/…": only
+// the folder and what is under it are kept.
+func Bucketed(ls, bucket, folder string) []InBucket {
+	var out []InBucket
+	for _, sn := range ParseSnapshots(ls) {
+		key, ok := strings.CutPrefix(sn.Location, "s3://"+bucket+"/")
+		if !ok {
+			continue
+		}
+		dir := path.Dir(key)
+		if dir == "." {
+			dir = ""
+		}
+		if folder != "" && dir != folder && !strings.HasPrefix(dir, folder+"/") {
+			continue
+		}
+		out = append(out, InBucket{Snapshot: sn, Dir: dir, Cluster: s3layout.ClusterOf(folder, dir)})
+	}
+	return out
+}
 
 // ParseSnapshots reads `k3s etcd-snapshot ls`: a header, then name,
 // location, size and creation time (RFC 3339) per line; lines that do not

@@ -157,3 +157,31 @@ func TestParseSnapshots(t *testing.T) {
 		t.Errorf("ParseSnapshots = %+v", got)
 	}
 }
+
+// TestBucketed: the bucket's snapshots under the configured folder, each
+// with its folder and cluster: a cluster's server folder, the layout
+// before per-cluster folders (the folder itself); a folder that only
+// shares the prefix, another bucket's and the server's own are left out.
+func TestBucketed(t *testing.T) {
+	ls := `Name                                     Location                                                                         Size       Created
+on-demand-lab-mgmt-1796500000            file:///var/lib/rancher/k3s/server/db/snapshots/on-demand-lab-mgmt-1796500000    1024       2026-12-07T01:00:00Z
+etcd-snapshot-lab-mgmt-1796500060        s3://k3s-snapshots/k3s/mgmt/cluster-0123456789ab/lab-mgmt/etcd-snapshot-lab-mgmt-1796500060 2048 2026-12-07T01:01:00Z
+etcd-snapshot-lab-mgmt-1796400000        s3://k3s-snapshots/k3s/mgmt/etcd-snapshot-lab-mgmt-1796400000                    2048       2026-12-05T21:13:20Z
+etcd-snapshot-lab-mgmt-1796500120        s3://k3s-snapshots/k3s/mgmt2/cluster-0123456789ab/lab-mgmt/etcd-snapshot-lab-mgmt-1796500120 2048 2026-12-07T01:02:00Z
+etcd-snapshot-lab-mgmt-1796500180        s3://other/k3s/mgmt/etcd-snapshot-lab-mgmt-1796500180                            2048       2026-12-07T01:03:00Z
+`
+	var got []string
+	for _, b := range Bucketed(ls, "k3s-snapshots", "k3s/mgmt") {
+		got = append(got, b.Name+" "+b.Dir+" "+b.Cluster)
+	}
+	want := []string{
+		"etcd-snapshot-lab-mgmt-1796500060 k3s/mgmt/cluster-0123456789ab/lab-mgmt 0123456789ab",
+		"etcd-snapshot-lab-mgmt-1796400000 k3s/mgmt ",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := len(Bucketed(ls, "k3s-snapshots", "")); n != 3 {
+		t.Errorf("at the bucket's root: %d snapshots, want every one of the bucket's (3)", n)
+	}
+}

@@ -258,6 +258,9 @@ type Restore struct {
 	B        Backup
 	Snapshot []byte
 	Token    []byte
+	// Bucket and Folder are spec.backup.s3's, for B.S3: the snapshot is
+	// looked for under Folder, in every cluster's and server's folder.
+	Bucket, Folder string
 }
 
 var _ step.Step = (*Restore)(nil)
@@ -290,15 +293,16 @@ systemctl start k3s`
 // restoreS3Script is restoreScript for a snapshot in the bucket: $1 is
 // its name, which k3s with etcd-s3 set downloads into its snapshot
 // directory before the reset (k3s pkg/etcd/etcd.go, Reset: "Retrieving
-// etcd snapshot %s from S3"); the S3 keys come from k3s's environment
-// file, as for the k3s unit.
+// etcd snapshot %s from S3") from the folder $3 (the one it was uploaded
+// to: its cluster's and server's, not this server's own); the S3 keys
+// come from k3s's environment file, as for the k3s unit.
 const restoreS3Script = `set -eu
-name=$1 tok=$2
+name=$1 tok=$2 folder=$3
 trap 'rm -f -- "$tok"' EXIT
 trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
 ` + remote.K3sEnv + `
 systemctl stop k3s
-k3s server --cluster-reset --cluster-reset-restore-path="$name" --token-file="$tok"
+k3s server --cluster-reset --cluster-reset-restore-path="$name" --etcd-s3-folder="$folder" --token-file="$tok"
 install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token
 systemctl start k3s`
 
@@ -335,29 +339,36 @@ func exists(p string) bool {
 // server's k3s lists it there: a name the bucket does not have is refused
 // before k3s stops.
 func (s *Restore) checkS3(ctx context.Context) (step.Plan, error) {
-	res, err := s.V.Host.Look(ctx, remote.EtcdSnapshots().AsRoot())
+	res, err := s.V.Host.Look(ctx, remote.EtcdSnapshotsUnder(s.Folder).AsRoot())
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("list the snapshots in S3 from %s: %w", s.V.Name, err)
 	}
-	var found *Snapshot
-	for _, sn := range ParseSnapshots(string(res.Stdout)) {
-		if sn.Name == s.B.S3 && sn.InS3() {
-			found = &sn
-			break
+	var found []InBucket
+	for _, sn := range Bucketed(string(res.Stdout), s.Bucket, s.Folder) {
+		if sn.Name == s.B.S3 {
+			found = append(found, sn)
 		}
 	}
-	if found == nil {
+	switch {
+	case len(found) == 0:
 		return step.Plan{}, fmt.Errorf("no snapshot %s in the bucket of spec.backup.s3 (as k3s on %s lists it): mgmtctl backup --list shows the snapshots there", s.B.S3, s.V.Name)
+	case len(found) > 1:
+		var where []string
+		for _, f := range found {
+			where = append(where, f.Location)
+		}
+		return step.Plan{}, fmt.Errorf("snapshot %s is in %d folders of the bucket (%s): move or delete all but the one to restore", s.B.S3, len(found), strings.Join(where, ", "))
 	}
 	if len(s.Token) == 0 {
 		return step.Plan{}, fmt.Errorf("no cluster token on %s to restore under: a snapshot in S3 restores onto the cluster that took it (restore a laptop backup, which holds its token, onto a new one)", s.V.Name)
 	}
+	f := found[0]
 	effects := []effect.Effect{
 		effect.Write{Host: s.V.conn(), File: remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}},
-		effect.Run{Host: s.V.conn(), Cmd: remote.Script("restore etcd snapshot "+s.B.S3+" from S3 with k3s server --cluster-reset", restoreS3Script, s.B.S3, restoreTokenPath).AsRoot()},
+		effect.Run{Host: s.V.conn(), Cmd: remote.Script("restore etcd snapshot "+s.B.S3+" from S3 with k3s server --cluster-reset", restoreS3Script, s.B.S3, restoreTokenPath, f.Dir).AsRoot()},
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.V.Name, Action: step.Run,
 		Summary: fmt.Sprintf("restore snapshot %s (taken %s, %.1f MiB) from %s on %s: k3s stops, downloads it, its etcd is replaced, k3s starts from the snapshot",
-			s.B.S3, found.Created.Format(time.RFC3339), float64(found.Size)/(1<<20), found.Location, s.V.Name),
+			s.B.S3, f.Created.Format(time.RFC3339), float64(f.Size)/(1<<20), f.Location, s.V.Name),
 		Effects: effects}}}, nil
 }

@@ -83,6 +83,9 @@ type listedBackup struct {
 	SHA256   string            `json:"sha256"`
 	Pins     map[string]string `json:"pins"`
 	Reason   string            `json:"reason,omitempty"`
+	// Cluster is, for a snapshot in S3, the id of the cluster whose
+	// folder holds it, or "before per-cluster folders".
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // listBackups prints the cluster's backups in dir (the default
@@ -115,8 +118,12 @@ func listBackups(ctx context.Context, g *global, o *Options, dir string) error {
 			return r.fail(fmt.Errorf("list the snapshots in spec.backup.s3's bucket: %w", err))
 		}
 		for _, sn := range inS3 {
+			cluster := sn.Cluster
+			if cluster == "" {
+				cluster = "before per-cluster folders"
+			}
 			listed = append(listed, listedBackup{Where: "s3", Location: sn.Location, Created: sn.Created, AgeSecs: int64(now.Sub(sn.Created) / time.Second),
-				Snapshot: sn.Name, Size: sn.Size, Reason: "scheduled by k3s"})
+				Snapshot: sn.Name, Size: sn.Size, Reason: "scheduled by k3s", Cluster: cluster})
 		}
 		sort.SliceStable(listed, func(i, j int) bool { return listed[i].Created.After(listed[j].Created) })
 	}
@@ -130,42 +137,40 @@ func listBackups(ctx context.Context, g *global, o *Options, dir string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WHERE\tBACKUP\tAGE\tSIZE\tK3S\tTAKEN")
+	fmt.Fprintln(tw, "WHERE\tBACKUP\tAGE\tSIZE\tK3S\tCLUSTER\tTAKEN")
 	for _, b := range listed {
 		why := b.Reason
 		if why == "" {
 			why = "by mgmtctl backup"
 		}
-		name, k3sPin := b.Dir, b.Pins["k3s"]
+		name, k3sPin, cluster := b.Dir, b.Pins["k3s"], "-"
 		if b.Where == "s3" {
-			// What restore --from takes.
-			name, k3sPin = "s3:"+b.Snapshot, "-"
+			// What restore --from takes; the cluster that uploaded it
+			// (its folder's id).
+			name, k3sPin, cluster = "s3:"+b.Snapshot, "-", b.Cluster
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f MiB\t%s\t%s\n", b.Where, name, age(now.Sub(b.Created)), float64(b.Size)/(1<<20), k3sPin, why)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f MiB\t%s\t%s\t%s\n", b.Where, name, age(now.Sub(b.Created)), float64(b.Size)/(1<<20), k3sPin, cluster, why)
 	}
 	return tw.Flush()
 }
 
-// s3Snapshots lists the bucket's snapshots as k3s on the first server
-// lists them (k3s etcd-snapshot ls, with k3s's environment file for the
-// keys): the laptop itself never speaks to S3, so it needs no S3 client.
-func s3Snapshots(ctx context.Context, r *run) ([]backup.Snapshot, error) {
+// s3Snapshots lists the bucket's snapshots under spec.backup.s3.folder,
+// every cluster's and server's folder (and the layout before them), as
+// k3s on the first server lists them (k3s etcd-snapshot ls, with k3s's
+// environment file for the keys): the laptop itself never speaks to S3,
+// so it needs no S3 client.
+func s3Snapshots(ctx context.Context, r *run) ([]backup.InBucket, error) {
 	srv := r.l.Servers()[0]
 	h, err := r.s.DialVM(ctx, srv, false, nil)
 	if err != nil {
 		return nil, err
 	}
-	res, err := h.Look(ctx, remote.EtcdSnapshots().AsRoot())
+	b := r.l.Cluster.Spec.Backup.S3
+	res, err := h.Look(ctx, remote.EtcdSnapshotsUnder(b.Folder).AsRoot())
 	if err != nil {
 		return nil, fmt.Errorf("k3s etcd-snapshot ls on %s: %w", srv.Name, err)
 	}
-	var out []backup.Snapshot
-	for _, sn := range backup.ParseSnapshots(string(res.Stdout)) {
-		if sn.InS3() {
-			out = append(out, sn)
-		}
-	}
-	return out, nil
+	return backup.Bucketed(string(res.Stdout), b.Bucket, b.Folder), nil
 }
 
 // age is a duration as a listing shows it: its largest unit.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/s3layout"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -44,14 +45,17 @@ func RenderConfig(s Spec) []byte {
 	if s.SnapshotRetention > 0 {
 		fmt.Fprintf(&b, "etcd-snapshot-retention: %d\n", s.SnapshotRetention)
 	}
-	if s3 := s.S3; s3 != nil {
-		// Every snapshot, scheduled or on demand, also goes to the
-		// bucket; the keys are in EnvPath. The CA is given inline,
-		// base64-encoded PEM, which etcd-s3-endpoint-ca takes as well as
-		// a path (k3s pkg/etcd/s3/s3.go, loadEndpointCAs).
+	if s3 := s.S3; s3 != nil && s3.Cluster != "" {
+		// Every scheduled snapshot also goes to the bucket, into this
+		// server's folder under its cluster's (package s3layout), where
+		// etcd-s3-retention counts this server's alone; the keys are in
+		// EnvPath. The CA is given inline, base64-encoded PEM, which
+		// etcd-s3-endpoint-ca takes as well as a path (k3s
+		// pkg/etcd/s3/s3.go, loadEndpointCAs).
 		fmt.Fprintf(&b, "etcd-s3: true\netcd-s3-endpoint: %q\netcd-s3-bucket: %q\n", s3.Endpoint, s3.Bucket)
-		if s3.Folder != "" {
-			fmt.Fprintf(&b, "etcd-s3-folder: %q\n", s3.Folder)
+		fmt.Fprintf(&b, "etcd-s3-folder: %q\n", s3layout.Folder(s3.Folder, s3.Cluster, s.Name))
+		if s3.Retention > 0 {
+			fmt.Fprintf(&b, "etcd-s3-retention: %d\n", s3.Retention)
 		}
 		if s3.Region != "" {
 			fmt.Fprintf(&b, "etcd-s3-region: %q\n", s3.Region)

@@ -55,6 +55,13 @@ type Spec struct {
 // environment.
 type S3Spec struct {
 	Endpoint, Bucket, Folder, Region string
+	// Retention is etcd-s3-retention, per server (each has a folder of
+	// its own); 0 leaves k3s's default (etcd-snapshot-retention's).
+	Retention int
+	// Cluster is the cluster's id for its folder in the bucket
+	// (s3layout.Folder), found by the phase's Prepare; "" before it is known
+	// (a check run before the first server's VM exists).
+	Cluster string
 	// CA is the PEM CA for the endpoint; nil: the VM's trust store.
 	CA                   []byte
 	AccessKey, SecretKey string
@@ -69,6 +76,8 @@ type VM struct {
 	Installed string
 	// Active says the k3s service runs.
 	Active bool
+	// Config is config.yaml as gathered (nil if absent).
+	Config []byte
 	// Gate, when set (a server among several), is asked before k3s is
 	// restarted or upgraded here: an error stops the run before this
 	// server is touched.
@@ -139,9 +148,10 @@ func (v *VM) Gather(ctx context.Context) error {
 		v.Installed = ""
 		return nil
 	}
-	res, err := remote.Batch(ctx, v.Host, false,
-		remote.K3sVersion(),
-		remote.ServiceActive("k3s"))
+	res, err := remote.Batch(ctx, v.Host, true,
+		remote.K3sVersion().AsRoot(),
+		remote.ServiceActive("k3s").AsRoot(),
+		remote.FileContent(ConfigPath).AsRoot())
 	if err != nil {
 		return fmt.Errorf("read the k3s version: %w", err)
 	}
@@ -150,6 +160,10 @@ func (v *VM) Gather(ctx context.Context) error {
 		v.Installed = ParseVersion(string(res[0].Stdout))
 	}
 	v.Active = strings.TrimSpace(string(res[1].Stdout)) == "active"
+	v.Config = nil
+	if res[2].ExitCode == 0 {
+		v.Config = res[2].Stdout
+	}
 	return nil
 }
 

@@ -19,7 +19,7 @@ var domain = []string{"proxmox", "k3s", "addons", "capi", "kubeconfig", "inspect
 // read config's vocabulary (a chart pin, a provider, a k3s release); the
 // others take an input struct of their own, which phase fills from the
 // config.
-var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess", "pve"}
+var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess", "pve", "s3layout"}
 
 // allowed is, for every package of the tool, the packages of the tool it
 // may import (not counting tests). A package missing here fails the test:
@@ -52,6 +52,8 @@ var allowed = map[string][]string{
 	"config":      nil,
 	"kube":        nil,
 	"shell":       nil,
+	// Where a cluster's snapshots go in the bucket.
+	"s3layout": nil,
 	// The checks before a run's first change: a runner and the laptop's
 	// record of releases found; phase builds them.
 	"preflight": nil,

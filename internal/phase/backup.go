@@ -132,6 +132,9 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 		steps = append(steps, &k3s.Stop{V: v})
 	}
 	reset := &backup.Restore{V: first, B: b, Snapshot: snapshot, Token: token}
+	if b3 := c.Spec.Backup.S3; b3 != nil {
+		reset.Bucket, reset.Folder = b3.Bucket, b3.Folder
+	}
 	steps = append(steps, reset)
 	var rejoins []*k3s.Rejoin
 	if len(servers) > 1 {

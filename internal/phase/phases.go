@@ -25,6 +25,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/s3layout"
 	"github.com/mgmtctl/mgmtctl/internal/session"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -178,6 +179,28 @@ func nodeReader(ctx context.Context, s *session.Session, srv config.Server, n *p
 	return nil
 }
 
+// s3Cluster is the cluster's id for its folder in the bucket: the one
+// its servers' config.yaml already holds (a server replaced, or a
+// restore, keeps it), else the one the VM the cluster is initialised on
+// gives (s3layout.ClusterID); "" while neither is known (a check run before
+// that VM exists).
+func s3Cluster(s *session.Session, folder string, servers []config.Server, vms []*k3s.VM) string {
+	for _, v := range vms {
+		if id := s3layout.ClusterInConfig(folder, v.Config); id != "" {
+			return id
+		}
+	}
+	seed := k3s.Seed(vms)
+	for i, v := range vms {
+		if v == seed {
+			if key := s.VMHostKey(servers[i]); key != nil {
+				return s3layout.ClusterID(key.Marshal())
+			}
+		}
+	}
+	return ""
+}
+
 // verifyVMKey checks the running VM's host key before the phase changes
 // anything: a changed key found only at wait-ssh would come after an image
 // download or a disk resize. A VM that does not answer yet is wait-ssh's
@@ -291,6 +314,12 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 			for _, v := range vms {
 				if snap.Host == nil && v.Host != nil && v.Active {
 					snap.Name, snap.Host = v.Name(), v.Host
+				}
+			}
+			if b := c.Spec.Backup.S3; b != nil {
+				id := s3Cluster(s, b.Folder, servers, vms)
+				for _, v := range vms {
+					v.Spec.S3.Cluster = id
 				}
 			}
 			if len(servers) > 1 {

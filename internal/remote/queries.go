@@ -138,6 +138,16 @@ func EtcdSnapshots() Query {
 	return lookScript("k3s etcd-snapshot ls", K3sEnv+"\nexec k3s etcd-snapshot \"$@\"", "ls")
 }
 
+// EtcdSnapshotsUnder is EtcdSnapshots with the bucket listed under folder
+// rather than config.yaml's etcd-s3-folder (a server's own): k3s lists
+// every object under the folder, its subfolders' too (pkg/etcd/s3/s3.go,
+// ListSnapshots: Recursive), so every cluster's and server's snapshots
+// under spec.backup.s3.folder are listed, in the layout before
+// per-cluster folders too.
+func EtcdSnapshotsUnder(folder string) Query {
+	return lookScript("k3s etcd-snapshot ls", K3sEnv+"\nexec k3s etcd-snapshot \"$@\"", "ls", "--etcd-s3-folder="+folder)
+}
+
 // K3sEnvFile is the k3s unit's environment file, where mgmtctl keeps the
 // S3 keys.
 const K3sEnvFile = "/etc/default/k3s"

@@ -41,6 +41,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"CommandPath", CommandPath("k3s"), `sh -c 'command -v "$1"' sh k3s`},
 		{"CloudInitStatus", CloudInitStatus(), "cloud-init status"},
 		{"EtcdSnapshots", EtcdSnapshots(), "sh -c '[ ! -r /etc/default/k3s ] || { set -a; . /etc/default/k3s; set +a; }\nexec k3s etcd-snapshot \"$@\"' sh ls"},
+		{"EtcdSnapshotsUnder", EtcdSnapshotsUnder("k3s/mgmt"), "sh -c '[ ! -r /etc/default/k3s ] || { set -a; . /etc/default/k3s; set +a; }\nexec k3s etcd-snapshot \"$@\"' sh ls --etcd-s3-folder=k3s/mgmt"},
 		{"ClusterVMs", ClusterVMs(), "pvesh get /cluster/resources --type vm --output-format json"},
 		{"CloudInitWait", CloudInitWait(), "cloud-init status --wait"},
 		{"PVEVersion", PVEVersion(), "pveversion"},

@@ -3,7 +3,9 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,11 @@ import (
 // (versitygw) and backup --list shows it; every server is destroyed and
 // a new cluster (a new token) made; a restore from the snapshot, under
 // the old cluster's token, brings the object back with three healthy
-// members; apply then changes nothing. The S3 secret key is in no output,
+// members; apply then changes nothing. Each server uploads to a folder of
+// its own under its cluster's, where k3s's retention (etcd-s3-retention,
+// per folder) keeps 2 per server, and the cluster built after the
+// disaster, its schedule as frequent, prunes none of the old cluster's
+// snapshots. The S3 secret key is in no output,
 // no laptop file but secrets.yaml, no debug log, no process's arguments,
 // and no config.yaml.
 func TestS3Restore(t *testing.T) {
@@ -46,7 +52,7 @@ func TestS3Restore(t *testing.T) {
 		mustSucceed(t, r, what)
 		return r.Stdout
 	}
-	e.editConfig("  kubeconfig:", "  backup:\n    schedule: \"* * * * *\"\n    retention: 10\n    s3:\n      endpoint: "+lab.MirrorAddr+":7070\n      bucket: k3s-snapshots\n      folder: lab-mgmt\n      caFile: "+e.CABundle()+"\n  kubeconfig:")
+	e.editConfig("  kubeconfig:", "  backup:\n    schedule: \"* * * * *\"\n    retention: 2\n    s3:\n      endpoint: "+lab.MirrorAddr+":7070\n      bucket: k3s-snapshots\n      folder: lab-mgmt\n      caFile: "+e.CABundle()+"\n  kubeconfig:")
 	out := run("apply with S3", "apply")
 	for _, srv := range []string{"lab-mgmt", "lab-mgmt-2", "lab-mgmt-3"} {
 		for _, want := range []string{"changed: [" + srv + "] k3s/s3-keys: create /etc/default/k3s with the S3 keys", "changed: [" + srv + "] k3s/restart-k3s: restart k3s"} {
@@ -55,12 +61,16 @@ func TestS3Restore(t *testing.T) {
 			}
 		}
 	}
-	for _, id := range []int{lab.VMID, lab.VMID + 1, lab.VMID + 2} {
+	var cluster string // the id of the cluster's folder
+	for i, id := range []int{lab.VMID, lab.VMID + 1, lab.VMID + 2} {
+		srv := []string{"lab-mgmt", "lab-mgmt-2", "lab-mgmt-3"}[i]
 		upper := filepath.Join(e.VMDisk(id), "upper")
 		cfg, _ := os.ReadFile(filepath.Join(upper, "etc/rancher/k3s/config.yaml"))
-		if !strings.Contains(string(cfg), "etcd-s3: true\netcd-s3-endpoint: \""+lab.MirrorAddr+":7070\"\netcd-s3-bucket: \"k3s-snapshots\"\netcd-s3-folder: \"lab-mgmt\"\n") || strings.Contains(string(cfg), secret) {
-			t.Errorf("VM %d's config.yaml:\n%s", id, cfg)
+		m := regexp.MustCompile(`etcd-s3: true\netcd-s3-endpoint: "` + regexp.QuoteMeta(lab.MirrorAddr) + `:7070"\netcd-s3-bucket: "k3s-snapshots"\netcd-s3-folder: "lab-mgmt/cluster-([0-9a-f]{12})/` + srv + `"\netcd-s3-retention: 2\n`).FindSubmatch(cfg)
+		if m == nil || strings.Contains(string(cfg), secret) || (cluster != "" && string(m[1]) != cluster) {
+			t.Fatalf("VM %d's config.yaml (the cluster's folder so far %q):\n%s", id, cluster, cfg)
 		}
+		cluster = string(m[1])
 		if fi, err := os.Stat(filepath.Join(upper, "etc/default/k3s")); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("VM %d's /etc/default/k3s: %v %v", id, fi, err)
 		}
@@ -82,16 +92,10 @@ func TestS3Restore(t *testing.T) {
 		r := e.mgmtctl("backup", "--list", "-o", "json")
 		outputs = append(outputs, r.Stdout+r.Stderr)
 		mustSucceed(t, r, "backup --list")
-		var listed []struct {
-			Where, Snapshot, Location string
-			Created                   time.Time
-		}
-		if err := json.Unmarshal([]byte(r.Stdout), &listed); err != nil {
-			t.Fatalf("backup --list -o json: %v\n%s", err, r.Stdout)
-		}
-		for _, b := range listed {
+		for _, b := range listedIn(t, r.Stdout) {
 			// A whole second after the marker: the snapshot holds it.
-			if b.Where == "s3" && b.Created.After(marked.Add(time.Second)) && strings.HasPrefix(b.Location, "s3://k3s-snapshots/lab-mgmt/etcd-snapshot-") {
+			if b.Where == "s3" && b.Created.After(marked.Add(time.Second)) && b.Cluster == cluster &&
+				strings.HasPrefix(b.Location, "s3://k3s-snapshots/lab-mgmt/cluster-"+cluster+"/lab-mgmt/etcd-snapshot-lab-mgmt-") {
 				snap = b.Snapshot
 				break
 			}
@@ -104,12 +108,51 @@ func TestS3Restore(t *testing.T) {
 		t.Errorf("backup --list:\n%s", list)
 	}
 
-	// Every server lost; a new cluster, with a token of its own. Its
-	// schedule made rare, so that its snapshots prune none of the old
-	// cluster's while the test runs.
-	e.editConfig(`schedule: "* * * * *"`, `schedule: "0 0 1 1 *"`)
+	// Every server lost; a new cluster, with a token of its own and a
+	// folder of its own, its schedule as frequent: it prunes its own
+	// servers' snapshots to 2 each and none of the old cluster's.
 	run("destroy", "destroy", "--yes")
 	run("apply three fresh servers", "apply")
+	seen := map[string]map[string]bool{} // the new cluster's server folders: every snapshot seen there
+	deadline = time.Now().Add(5 * time.Minute)
+	for {
+		r := e.mgmtctl("backup", "--list", "-o", "json")
+		outputs = append(outputs, r.Stdout+r.Stderr)
+		mustSucceed(t, r, "backup --list")
+		now := map[string]int{}
+		oldThere := false
+		for _, b := range listedIn(t, r.Stdout) {
+			switch {
+			case b.Where != "s3":
+			case b.Cluster == cluster:
+				oldThere = oldThere || b.Snapshot == snap
+			default:
+				dir := path.Dir(strings.TrimPrefix(b.Location, "s3://k3s-snapshots/"))
+				if seen[dir] == nil {
+					seen[dir] = map[string]bool{}
+				}
+				seen[dir][b.Snapshot] = true
+				now[dir]++
+			}
+		}
+		if !oldThere {
+			t.Fatalf("the old cluster's snapshot %s is gone from the bucket:\n%s", snap, r.Stdout)
+		}
+		pruned := len(now) == 3
+		for dir, n := range now {
+			if n > 2 {
+				t.Fatalf("%d snapshots in %s, with a retention of 2:\n%s", n, dir, r.Stdout)
+			}
+			pruned = pruned && n == 2 && len(seen[dir]) > 2
+		}
+		if pruned {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new cluster's servers did not each upload three snapshots (two kept) within 5 minutes: %v\n%s", seen, r.Stdout)
+		}
+		time.Sleep(5 * time.Second)
+	}
 	if out := e.viaVIP("get", "configmap", "in-s3", "--ignore-not-found", "-o", "name").Stdout; out != "" {
 		t.Fatalf("the fresh cluster has the object: %q", out)
 	}
@@ -123,7 +166,7 @@ func TestS3Restore(t *testing.T) {
 		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt hold-clusters@lab-mgmt machine-drift@pve1"; got != want {
 		t.Errorf("restore's steps:\n got %s\nwant %s", got, want)
 	}
-	if !strings.Contains(out, "from s3://k3s-snapshots/lab-mgmt/"+snap) || !strings.Contains(out, "3 etcd members healthy") {
+	if !strings.Contains(out, "from s3://k3s-snapshots/lab-mgmt/cluster-"+cluster+"/lab-mgmt/"+snap) || !strings.Contains(out, "3 etcd members healthy") {
 		t.Errorf("restore's output:\n%s", out)
 	}
 	if v := e.viaVIP("get", "configmap", "in-s3", "-o", "jsonpath={.data.k}").Stdout; v != "v" {
@@ -140,4 +183,19 @@ func TestS3Restore(t *testing.T) {
 	// The secret key: in no output, no laptop file but secrets.yaml (the
 	// debug logs included), no process's arguments.
 	e.secretNowhere(secret, "the S3 secret key", outputs)
+}
+
+// listedBackup is one entry of backup --list -o json.
+type listedBackup struct {
+	Where, Snapshot, Location, Cluster string
+	Created                            time.Time
+}
+
+func listedIn(t *testing.T, out string) []listedBackup {
+	t.Helper()
+	var listed []listedBackup
+	if err := json.Unmarshal([]byte(out), &listed); err != nil {
+		t.Fatalf("backup --list -o json: %v\n%s", err, out)
+	}
+	return listed
 }

@@ -237,15 +237,19 @@ func EtcdSnapshot(args []string, stdout, stderr io.Writer) int {
 	cmd := "save"
 	name, dir := "on-demand", snapshotDir
 	var rest []string
-	var s3flag *bool // --etcd-s3 on the command line, over config.yaml's
+	var s3flag *bool     // --etcd-s3 on the command line, over config.yaml's
+	var s3folder *string // --etcd-s3-folder (alias --s3-folder), likewise
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		k, v, has := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && !has && i+1 < len(args) && (k == "name" || k == "dir" || k == "etcd-snapshot-dir") {
+		if strings.HasPrefix(a, "-") && !has && i+1 < len(args) && (k == "name" || k == "dir" || k == "etcd-snapshot-dir" || k == "etcd-s3-folder" || k == "s3-folder") {
 			i++
 			v = args[i]
 		}
 		switch {
+		case k == "etcd-s3-folder" || k == "s3-folder":
+			f := v
+			s3folder = &f
 		case !strings.HasPrefix(a, "-"):
 			rest = append(rest, a)
 		case k == "name":
@@ -268,6 +272,9 @@ func EtcdSnapshot(args []string, stdout, stderr io.Writer) int {
 	}
 	if s3flag != nil {
 		cfg.S3.Enabled = *s3flag
+	}
+	if s3folder != nil {
+		cfg.S3.Folder = *s3folder
 	}
 	ctx := context.Background()
 	s3 := func() (*s3Client, error) { return newS3Client(ctx, cfg.S3, io.Discard) }

@@ -40,9 +40,10 @@ func TestTransientEtcd(t *testing.T) {
 	}
 }
 
-// TestPruneSnapshots: the oldest of this node's scheduled snapshots go
-// beyond the retention; on-demand ones, other nodes' and a snapshot
-// still being written stay.
+// TestPruneSnapshots: as k3s's snapshotRetention, every snapshot named
+// with etcd-snapshot-name counts, whichever node's name it holds, and the
+// oldest by the time in its name go beyond the retention; on-demand ones
+// and a snapshot still being written stay.
 func TestPruneSnapshots(t *testing.T) {
 	dir := t.TempDir()
 	for _, n := range []string{"etcd-snapshot-s1-1796500000", "etcd-snapshot-s1-1796500060", "etcd-snapshot-s1-1796500120",
@@ -50,7 +51,7 @@ func TestPruneSnapshots(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, n), nil, 0o600)
 	}
 	var log bytes.Buffer
-	if err := pruneSnapshots(dir, "etcd-snapshot-s1-", 2, &log); err != nil {
+	if err := pruneSnapshots(dir, "etcd-snapshot", 2, &log); err != nil {
 		t.Fatal(err)
 	}
 	var left []string
@@ -58,7 +59,7 @@ func TestPruneSnapshots(t *testing.T) {
 	for _, e := range entries {
 		left = append(left, e.Name())
 	}
-	want := "etcd-snapshot-s1-1796500060 etcd-snapshot-s1-1796500120 etcd-snapshot-s1-1796500180.part etcd-snapshot-s2-1796500000 on-demand-s1-1796500010"
+	want := "etcd-snapshot-s1-1796500060 etcd-snapshot-s1-1796500120 etcd-snapshot-s1-1796500180.part on-demand-s1-1796500010"
 	if strings.Join(left, " ") != want || !strings.Contains(log.String(), "Removing local snapshot "+filepath.Join(dir, "etcd-snapshot-s1-1796500000")) {
 		t.Errorf("left %v\n%s", left, log.String())
 	}

@@ -122,6 +122,10 @@ func Server(args []string, log io.Writer) error {
 	if flags.s3 != nil {
 		cfg.S3.Enabled = *flags.s3
 	}
+	if flags.s3Folder != nil {
+		// A flag wins over config.yaml (pkg/configfilearg).
+		cfg.S3.Folder = *flags.s3Folder
+	}
 	logf(log, "Starting k3s %s (%s)", Version(), commit(Version()))
 	token, err := serverToken(flags.token, flags.tokenFile, cfg)
 	if err != nil {

@@ -47,6 +47,21 @@ func TestLoadConfigSnapshots(t *testing.T) {
 	if err != nil || c.SnapshotCron != "* * * * *" || c.SnapshotRetention != 2 || c.DisableSnapshots || len(c.Unknown) != 0 {
 		t.Errorf("%+v, %v", c, err)
 	}
+	// The S3 retention: etcd-s3-retention when set, else the local one,
+	// else k3s's default.
+	for _, tc := range []struct {
+		config string
+		want   int
+	}{
+		{"etcd-snapshot-retention: 2\n", 2},
+		{"etcd-snapshot-retention: 2\netcd-s3-retention: 6\n", 6},
+		{"etcd-s3: true\n", 5},
+	} {
+		os.WriteFile(p, []byte(tc.config), 0o600)
+		if c, err := LoadConfig(p); err != nil || c.S3.Retention != tc.want || len(c.Unknown) != 0 {
+			t.Errorf("%q: S3 retention %d (unknown %v), want %d: %v", tc.config, c.S3.Retention, c.Unknown, tc.want, err)
+		}
+	}
 	os.WriteFile(p, []byte("etcd-disable-snapshots: true\netcd-snapshot-retention: five\n"), 0o600)
 	if _, err := LoadConfig(p); err == nil {
 		t.Error("a retention that is no number was read")

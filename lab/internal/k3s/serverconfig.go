@@ -63,7 +63,7 @@ datastore-endpoint datastore-cafile datastore-certfile datastore-keyfile etcd-ex
 etcd-disable-snapshots etcd-snapshot-name etcd-snapshot-schedule-cron etcd-snapshot-retention
 etcd-snapshot-dir etcd-snapshot-compress etcd-s3 etcd-s3-endpoint etcd-s3-endpoint-ca
 etcd-s3-skip-ssl-verify etcd-s3-access-key etcd-s3-secret-key etcd-s3-bucket etcd-s3-region
-etcd-s3-folder etcd-s3-proxy etcd-s3-config-secret etcd-s3-insecure etcd-s3-timeout
+etcd-s3-folder etcd-s3-retention etcd-s3-proxy etcd-s3-config-secret etcd-s3-insecure etcd-s3-timeout
 default-local-storage-path disable disable-scheduler disable-cloud-controller
 disable-kube-proxy disable-network-policy disable-helm-controller embedded-registry
 supervisor-metrics node-name with-node-id node-label node-taint image-credential-provider-bin-dir
@@ -149,7 +149,19 @@ func LoadConfig(path string) (Config, error) {
 	if err := yaml.Unmarshal(b, &c.S3); err != nil {
 		return c, fmt.Errorf("parse %s: etcd-s3: %w", path, err)
 	}
+	// etcd-s3-retention is the S3 retention (pkg/cli/cmds/server.go,
+	// documented from v1.34.0); unset, it is etcd-snapshot-retention's
+	// (pkg/etcd/s3/s3.go GetClient: "retention ... may have been
+	// defaulted from the etcd-snapshot-retention flag"), whose default is
+	// 5.
 	c.S3.Retention = c.SnapshotRetention
+	if v, ok := raw["etcd-s3-retention"]; ok {
+		n, err := strconv.Atoi(fmt.Sprint(v))
+		if err != nil {
+			return c, fmt.Errorf("parse %s: etcd-s3-retention: %w", path, err)
+		}
+		c.S3.Retention = n
+	}
 	if c.S3.Retention <= 0 {
 		c.S3.Retention = defaultSnapshotRetention
 	}
@@ -169,8 +181,10 @@ type serverFlags struct {
 	restorePath               string
 	token, tokenFile          string
 	server                    string
-	// s3 is --etcd-s3 given on the command line, over config.yaml's.
-	s3 *bool
+	// s3 is --etcd-s3 given on the command line, over config.yaml's;
+	// s3Folder --etcd-s3-folder.
+	s3       *bool
+	s3Folder *string
 }
 
 func parseServerFlags(args []string) (serverFlags, error) {
@@ -200,6 +214,9 @@ func parseServerFlags(args []string) (serverFlags, error) {
 		case "etcd-s3":
 			b := !has || v == "true"
 			f.s3 = &b
+		case "etcd-s3-folder", "s3-folder":
+			folder := value()
+			f.s3Folder = &folder
 		}
 		// Other flags (--disable, --tls-san, ...) are config.yaml's
 		// business in the lab: a flag-with-value not known here keeps its

@@ -7,20 +7,26 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
 )
 
-// Scheduled snapshots, after k3s-io/k3s v1.35.7+k3s1 pkg/etcd/etcd.go (the
-// snapshot cron: robfig/cron/v3's standard parser, started with the
-// server when its datastore is etcd and --etcd-disable-snapshots is not
-// set) and pkg/etcd/snapshot.go (the name <etcd-snapshot-name>-<node>-<unix
-// time>, "etcd-snapshot" by default; after each scheduled snapshot, the
-// oldest of this node's scheduled snapshots beyond the retention are
-// deleted). The defaults are k3s's (docs.k3s.io cli/etcd-snapshot): at
-// 00:00 and 12:00, five kept.
+// Scheduled snapshots, after k3s-io/k3s pkg/etcd/etcd.go (the snapshot
+// cron: robfig/cron/v3's standard parser, started with the server when its
+// datastore is etcd and --etcd-disable-snapshots is not set) and
+// pkg/etcd/snapshot.go, Snapshot (the name <etcd-snapshot-name>-<node>-<unix
+// time>, "etcd-snapshot" by default). After each scheduled snapshot k3s
+// prunes by the prefix etcd-snapshot-name alone, with no node name in it:
+// locally snapshotRetention(EtcdSnapshotRetention, EtcdSnapshotName,
+// snapshotDir), in S3 s3client.SnapshotRetention(ctx, ..., EtcdSnapshotName),
+// which lists every object under <etcd-s3-folder>/<etcd-snapshot-name>,
+// whichever node or cluster uploaded it, and keeps the newest by
+// LastModified (pkg/etcd/s3/s3.go, SnapshotRetention; k3s-io/k3s #9866
+// says it is meant so). The defaults are k3s's (docs.k3s.io
+// cli/etcd-snapshot): at 00:00 and 12:00, five kept.
 const (
 	defaultSnapshotCron      = "0 */12 * * *"
 	defaultSnapshotRetention = 5
@@ -43,9 +49,10 @@ func scheduleSnapshots(ctx context.Context, spec string, retention int, s3 S3Con
 			return
 		}
 		if s3.Enabled {
-			// k3s uploads each scheduled snapshot and applies the
-			// retention to this node's scheduled snapshots in S3 too.
-			if err := uploadSnapshot(ctx, s3, file, scheduledSnapshotName+"-"+node+"-", log); err != nil {
+			// k3s uploads each scheduled snapshot and applies the S3
+			// retention to every object named with etcd-snapshot-name
+			// under the folder.
+			if err := uploadSnapshot(ctx, s3, file, scheduledSnapshotName, log); err != nil {
 				logf(log, "Failed to upload scheduled snapshot to S3: %v", err)
 			}
 		}
@@ -60,9 +67,9 @@ func scheduleSnapshots(ctx context.Context, spec string, retention int, s3 S3Con
 	return nil
 }
 
-// scheduledSnapshot saves one scheduled snapshot into dir and prunes this
-// node's scheduled snapshots to retention, the oldest first; it returns
-// the snapshot's file.
+// scheduledSnapshot saves one scheduled snapshot into dir and prunes the
+// snapshots in dir named with etcd-snapshot-name to retention, the oldest
+// first; it returns the snapshot's file.
 func scheduledSnapshot(dir, node string, retention int, now time.Time, log io.Writer) (string, error) {
 	name := fmt.Sprintf("%s-%s-%d", scheduledSnapshotName, node, now.Unix())
 	file := filepath.Join(dir, name)
@@ -70,7 +77,7 @@ func scheduledSnapshot(dir, node string, retention int, now time.Time, log io.Wr
 		return "", err
 	}
 	logf(log, "Snapshot %s saved.", name)
-	return file, pruneSnapshots(dir, scheduledSnapshotName+"-"+node+"-", retention, log)
+	return file, pruneSnapshots(dir, scheduledSnapshotName, retention, log)
 }
 
 // uploadSnapshot uploads a saved snapshot to S3 and, with a prefix,
@@ -90,27 +97,47 @@ func uploadSnapshot(ctx context.Context, cfg S3Config, file, prefix string, log 
 	return c.prune(ctx, prefix, cfg.Retention)
 }
 
-// pruneSnapshots deletes the oldest snapshots named with prefix beyond
-// retention (their names end in their unix time: same length, so names
-// sort by age).
+// pruneSnapshots deletes, beyond retention, the oldest snapshots in dir
+// whose name starts with prefix, as k3s's snapshotRetention does
+// (pkg/etcd/snapshot.go): the time from the name's last field (else the
+// file's), newest kept, whatever node the name holds. A snapshot still
+// being written (.part, the lab's own) is left alone.
 func pruneSnapshots(dir, prefix string, retention int, log io.Writer) error {
+	if retention < 1 {
+		return nil
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
-	var names []string
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasPrefix(e.Name(), prefix) && !strings.HasSuffix(e.Name(), ".part") {
-			names = append(names, e.Name())
-		}
+	type file struct {
+		name string
+		at   int64
 	}
-	sort.Strings(names)
-	for len(names) > retention {
-		if err := os.Remove(filepath.Join(dir, names[0])); err != nil {
+	var files []file
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasPrefix(e.Name(), prefix) || strings.HasSuffix(e.Name(), ".part") {
+			continue
+		}
+		base := strings.TrimSuffix(e.Name(), ".zip")
+		at, err := strconv.ParseInt(base[strings.LastIndexByte(base, '-')+1:], 10, 64)
+		if err != nil {
+			fi, err := e.Info()
+			if err != nil {
+				continue
+			}
+			at = fi.ModTime().Unix()
+		}
+		files = append(files, file{e.Name(), at})
+	}
+	sort.SliceStable(files, func(i, j int) bool { return files[i].at > files[j].at })
+	for len(files) > retention {
+		old := files[len(files)-1]
+		if err := os.Remove(filepath.Join(dir, old.name)); err != nil {
 			return err
 		}
-		logf(log, "Removing local snapshot %s", filepath.Join(dir, names[0]))
-		names = names[1:]
+		logf(log, "Removing local snapshot %s", filepath.Join(dir, old.name))
+		files = files[:len(files)-1]
 	}
 	return nil
 }
