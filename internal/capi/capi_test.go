@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 )
 
 const secret = "01234567-89ab-4cde-8f01-23456789abcd"
@@ -108,7 +109,8 @@ func TestCheckToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, err := CheckToken(context.Background(), srv.Client(), srv.URL+"/", "capmox@pve!capi", tt.secret, "secrets.yaml")
+			api := pve.ReadOnly(pve.New(srv.URL+"/", "capmox@pve!capi", tt.secret, srv.Client()))
+			v, err := checkToken(context.Background(), api, srv.URL+"/", "capmox@pve!capi", "secrets.yaml")
 			var rej *TokenRejectedError
 			if errors.As(err, &rej) != tt.rejected || v != tt.want {
 				t.Fatalf("got %q, %v", v, err)

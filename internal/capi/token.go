@@ -2,10 +2,8 @@ package capi
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -24,40 +22,22 @@ func (e *TokenRejectedError) Error() string {
 	return fmt.Sprintf("Proxmox API %s: token secret rejected for %s (HTTP %d); check proxmox.tokenSecret in %s", e.URL, e.TokenID, e.Status, e.Source)
 }
 
-// CheckToken calls GET /api2/json/version with the token, the way CAPMOX
-// authenticates ("Authorization: PVEAPIToken=<id>=<secret>"), and returns
-// the Proxmox VE version. The secret travels only in that header.
-func CheckToken(ctx context.Context, hc *http.Client, apiURL, tokenID, secret, source string) (string, error) {
-	u := strings.TrimSuffix(apiURL, "/") + "/api2/json/version"
+// checkToken asks the API's version with CAPMOX's token, the way CAPMOX
+// authenticates ("Authorization: PVEAPIToken=<id>=<secret>"), and
+// returns the Proxmox VE version; a refused secret is a
+// *TokenRejectedError.
+func checkToken(ctx context.Context, api pve.Reader, apiURL, tokenID, source string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return "", fmt.Errorf("Proxmox API %s: %w", u, err)
+	v, err := api.Version(ctx)
+	var ae *pve.APIError
+	if errors.As(err, &ae) && (ae.Unauthenticated() || ae.Forbidden()) {
+		return "", &TokenRejectedError{URL: strings.TrimSuffix(apiURL, "/"), TokenID: tokenID, Source: source, Status: ae.Status}
 	}
-	req.Header.Set("Authorization", "PVEAPIToken="+tokenID+"="+secret)
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("reach the Proxmox API: %w", err)
 	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return "", &TokenRejectedError{URL: u, TokenID: tokenID, Source: source, Status: resp.StatusCode}
-	case resp.StatusCode != http.StatusOK:
-		return "", fmt.Errorf("Proxmox API %s answered %s", u, resp.Status)
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	var v struct {
-		Data struct {
-			Version string `json:"version"`
-		} `json:"data"`
-	}
-	_ = json.Unmarshal(b, &v)
-	return v.Data.Version, nil
+	return v, nil
 }
 
 // Token checks the Proxmox token before any credential is written: a
@@ -65,7 +45,9 @@ func CheckToken(ctx context.Context, hc *http.Client, apiURL, tokenID, secret, s
 type Token struct {
 	C      *Cluster
 	Source string // where the secret came from, for the error
-	HTTP   *http.Client
+	// API is the Proxmox API with CAPMOX's token, its reads only: a step
+	// holds no client that can change Proxmox.
+	API pve.Reader
 	// Needs is what the token needs on the node's major version (CAPMOX's
 	// least privileges): its effective permissions are read and every
 	// privilege missing is named before anything is written. nil checks
@@ -87,7 +69,7 @@ func (s *Token) Host() string { return s.C.Name }
 
 // Check implements step.Step.
 func (s *Token) Check(ctx context.Context) (step.Plan, error) {
-	v, err := CheckToken(ctx, s.HTTP, s.C.ProxmoxURL, s.C.TokenID, s.C.TokenSecret, s.Source)
+	v, err := checkToken(ctx, s.API, s.C.ProxmoxURL, s.C.TokenID, s.Source)
 	if err != nil {
 		return step.Plan{}, err
 	}
@@ -99,8 +81,7 @@ func (s *Token) Check(ctx context.Context) (step.Plan, error) {
 	if !ok {
 		return step.Plan{Note: note, Warnings: []string{fmt.Sprintf("the token's privileges are not checked on Proxmox VE %s: mgmtctl knows those of PVE %d and %d", v, pveaccess.Versions[0], pveaccess.Versions[len(pveaccess.Versions)-1])}}, nil
 	}
-	api := pve.New(s.C.ProxmoxURL, s.C.TokenID, s.C.TokenSecret, s.HTTP)
-	missing, err := pveaccess.MissingFrom(ctx, s.Needs(major), api.Permissions)
+	missing, err := pveaccess.MissingFrom(ctx, s.Needs(major), s.API.Permissions)
 	if err != nil {
 		return step.Plan{}, err
 	}

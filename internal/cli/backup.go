@@ -95,6 +95,8 @@ func listBackups(ctx context.Context, g *global, o *Options, dir string) error {
 	if err != nil {
 		return err
 	}
+	// It only reads: no host's run lock, so it works while an apply runs.
+	r.s.ReadOnly = true
 	if dir == "" {
 		dir = r.s.BackupDir()
 	}

@@ -422,7 +422,8 @@ func TestUnreachableProxmoxExits4(t *testing.T) {
 }
 
 // TestConcurrentRunFailsAtOnce: a run holding the Proxmox host's lock makes
-// a second run fail immediately, naming the holder.
+// a second run fail immediately, naming the holder; a check run and
+// proxmox role, which only read, take no lock.
 func TestConcurrentRunFailsAtOnce(t *testing.T) {
 	e, s, cfg := sshEnv(t, true)
 	holder, err := (&remote.Dialer{}).Connect(context.Background(), remote.Target{Name: "pve", Addr: s.Addr, User: "root",
@@ -458,6 +459,11 @@ func TestConcurrentRunFailsAtOnce(t *testing.T) {
 	defer release()
 	if code := e.run("apply", "--check", "-c", cfg, "--tags", "vm"); code != ExitFailed || strings.Contains(e.err.String(), "locked") {
 		t.Errorf("check run blocked by the lock: exit %d\n%s", code, e.err.String())
+	}
+	// Nor does proxmox role, which only reads the node's version (this
+	// sshd has no pveversion: it fails on that, not on the lock).
+	if code := e.run("proxmox", "role", "-c", cfg); code == ExitUnreachable || strings.Contains(e.err.String(), "locked") || !strings.Contains(e.err.String(), "pveversion") {
+		t.Errorf("proxmox role blocked by the lock: exit %d\n%s", code, e.err.String())
 	}
 }
 

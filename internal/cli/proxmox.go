@@ -53,6 +53,9 @@ func newProxmoxRole(g *global, o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// It only reads the nodes' version: no run lock, so it works
+			// while an apply runs.
+			r.s.ReadOnly = true
 			spec := r.l.Cluster.Spec
 			if forWhom == "mgmtctl" && spec.Proxmox.MgmtctlTokenID == "" {
 				return usageError{fmt.Errorf("--for mgmtctl needs spec.proxmox.mgmtctlTokenID (with spec.proxmox.access: api): the token to make")}

@@ -32,6 +32,9 @@ var writers = map[string][]string{
 	module + "internal/remote": {"Host", "Runner", "WriteFile", "RememberHostKey", "ForgetHostKey", "Conn", "Dialer"},
 	module + "internal/kube":   {"Cluster", "NewCluster"},
 	module + "internal/effect": {"Executor"},
+	// The Proxmox API's client calls what changes Proxmox (Call, Do): a
+	// step holds a pve.Reader, which phase builds.
+	module + "internal/pve": {"Client", "New"},
 }
 
 // forbidden are packages outside the tool a step package does not import
@@ -39,8 +42,9 @@ var writers = map[string][]string{
 // it): a process of its own on the laptop, and client-go, whose clients
 // (typed, dynamic, discovery, REST, scale, metadata, informers) each can
 // write or build what writes. (The tool's own localfile is kept out by
-// the arrows of TestImportsPointOneWay.)
-var forbidden = []string{"os/exec", "k8s.io/client-go/"}
+// the arrows of TestImportsPointOneWay.) And net/http: a raw request can
+// be any method; a step reads the Proxmox API through a pve.Reader.
+var forbidden = []string{"os/exec", "k8s.io/client-go/", "net/http"}
 
 // clientless are client-go's packages that hold no client: the types of an
 // apply configuration, and a kubeconfig's (clientcmd parses and writes
@@ -184,6 +188,7 @@ func TestWritesFindsAWrite(t *testing.T) {
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 
@@ -193,6 +198,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	"github.com/mgmtctl/mgmtctl/internal/kube"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	rem "github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -216,6 +222,9 @@ func check(ctx context.Context, r rem.Reader) {
 	_ = rem.Dialer{}
 	_, _ = kube.NewCluster(nil, nil, false)
 	exec.Command("true")
+	_ = pve.New("https://pve:8006", "capmox@pve!capi", "", http.DefaultClient)
+	var api pve.Reader
+	_ = api
 }
 `
 	f := filepath.Join(t.TempDir(), "p.go")
@@ -226,9 +235,9 @@ func check(ctx context.Context, r rem.Reader) {
 	for _, u := range writes(t, f) {
 		got = append(got, u.what)
 	}
-	want := []string{"imports os/exec", "imports k8s.io/client-go/kubernetes/typed/core/v1", "imports k8s.io/client-go/discovery",
+	want := []string{"imports net/http", "imports os/exec", "imports k8s.io/client-go/kubernetes/typed/core/v1", "imports k8s.io/client-go/discovery",
 		"declares record.RecordGaveUp, which the session would write through", "declares step.WriteNote, which the session would write through",
-		"uses os.WriteFile", "uses rem.Host", "uses rem.Conn", "uses rem.Dialer", "uses kube.NewCluster"}
+		"uses os.WriteFile", "uses rem.Host", "uses rem.Conn", "uses rem.Dialer", "uses kube.NewCluster", "uses pve.New"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("found %q, want %q", got, want)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/kubeconfig"
 	"github.com/mgmtctl/mgmtctl/internal/laptop"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
+	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/s3layout"
@@ -395,7 +396,7 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 		TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
 		API: func() *kube.Reader { return a.Reader() }}
 	steps := []step.Step{
-		&capi.Token{C: cl, Source: s.Config.SecretSource, HTTP: s.ProxmoxHTTP(), Needs: func(major int) []pveaccess.Grant {
+		&capi.Token{C: cl, Source: s.Config.SecretSource, API: pve.ReadOnly(pve.New(px.APIURL, px.TokenID, s.Config.Secrets.Proxmox.TokenSecret, s.ProxmoxHTTP())), Needs: func(major int) []pveaccess.Grant {
 			return pveaccess.CAPMOX(major, c.Spec.Proxmox.Storage, c.Spec.VM.Bridge)
 		}},
 		&capi.Namespaces{C: cl},

@@ -63,6 +63,10 @@ func (e *APIError) Error() string {
 // failed (/vms/110, VM.Allocate)").
 func (e *APIError) Forbidden() bool { return e.Status == http.StatusForbidden }
 
+// Unauthenticated reports whether the API refused the token itself (401:
+// an unknown token or a wrong secret).
+func (e *APIError) Unauthenticated() bool { return e.Status == http.StatusUnauthorized }
+
 // New is a client of apiURL (…/api2/json, as spec.proxmox.apiURL gives
 // it, or the host's root).
 func New(apiURL, tokenID, secret string, hc *http.Client) *Client {

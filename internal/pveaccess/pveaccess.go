@@ -24,14 +24,17 @@ import (
 var Versions = []int{8, 9}
 
 // Known is the major version whose privileges apply to a node that runs
-// major: itself, or for one newer than any known, the newest known (its
-// role lists are the latest mgmtctl has). ok is false for one older than
-// every known.
+// major: itself, when mgmtctl knows it. ok is false for any other, older
+// or newer: a new major renames and adds privileges (PVE 9 dropped
+// VM.Monitor and added VM.GuestAgent.*), so the newest list mgmtctl has is
+// no answer for it.
 func Known(major int) (int, bool) {
-	if major < Versions[0] {
-		return 0, false
+	for _, v := range Versions {
+		if v == major {
+			return v, true
+		}
 	}
-	return min(major, Versions[len(Versions)-1]), true
+	return 0, false
 }
 
 // vmAdmin is the built-in role PVEVMAdmin's privileges: the VM
