@@ -179,3 +179,53 @@ func TestBeforeARiskyChange(t *testing.T) {
 		t.Errorf("no Before: %q, %v", r, err)
 	}
 }
+
+// TestRestoreFromS3Folders: restore --from s3:NAME finds NAME under
+// spec.backup.s3.folder, in a cluster's server folder or in the layout
+// before per-cluster folders, and has k3s download it from that folder
+// (--etcd-s3-folder); a name in no folder, or in two, is refused before
+// anything is done.
+func TestRestoreFromS3Folders(t *testing.T) {
+	ls := `Name                                     Location                                                                         Size       Created
+etcd-snapshot-lab-mgmt-1796500060        s3://k3s-snapshots/k3s/mgmt/cluster-0123456789ab/lab-mgmt/etcd-snapshot-lab-mgmt-1796500060 2048 2026-12-07T01:01:00Z
+etcd-snapshot-lab-mgmt-1796400000        s3://k3s-snapshots/k3s/mgmt/etcd-snapshot-lab-mgmt-1796400000                    2048       2026-12-05T21:13:20Z
+etcd-snapshot-lab-mgmt-1796300000        s3://k3s-snapshots/k3s/mgmt/cluster-0123456789ab/lab-mgmt/etcd-snapshot-lab-mgmt-1796300000 2048 2026-12-04T17:26:40Z
+etcd-snapshot-lab-mgmt-1796300000        s3://k3s-snapshots/k3s/mgmt/cluster-ba9876543210/lab-mgmt/etcd-snapshot-lab-mgmt-1796300000 2048 2026-12-04T17:26:40Z
+`
+	for _, tc := range []struct {
+		name, folder, err string
+	}{
+		{"etcd-snapshot-lab-mgmt-1796500060", "k3s/mgmt/cluster-0123456789ab/lab-mgmt", ""},
+		{"etcd-snapshot-lab-mgmt-1796400000", "k3s/mgmt", ""},
+		{"etcd-snapshot-lab-mgmt-1", "", "no snapshot etcd-snapshot-lab-mgmt-1 in the bucket"},
+		{"etcd-snapshot-lab-mgmt-1796300000", "", "is in 2 folders of the bucket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &remotetest.Host{HostName: "lab-mgmt", Answer: func(c remote.Cmd) (remote.Result, error) {
+				if c.Name == "k3s etcd-snapshot ls" {
+					if !reflect.DeepEqual(c.Args[len(c.Args)-2:], []string{"ls", "--etcd-s3-folder=k3s/mgmt"}) {
+						t.Errorf("listed with %q", c.Args)
+					}
+					return remote.Result{Stdout: []byte(ls)}, nil
+				}
+				return remote.Result{}, nil // k3s is installed
+			}}
+			r := &Restore{V: &VM{Name: "lab-mgmt", Host: h}, B: Backup{S3: tc.name}, Token: []byte("K10abc::server:secret"), Bucket: "k3s-snapshots", Folder: "k3s/mgmt"}
+			p, err := r.Check(context.Background())
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || len(p.Changes) != 1 {
+				t.Fatalf("plan %+v, %v", p, err)
+			}
+			want := remote.Script("", restoreS3Script, tc.name, restoreTokenPath, tc.folder).AsRoot()
+			effects := p.Changes[0].Effects
+			if run, ok := effects[len(effects)-1].(effect.Run); !ok || !reflect.DeepEqual(run.Cmd.Args, want.Args) {
+				t.Errorf("the restore runs %+v, want k3s to download from %s", effects[len(effects)-1], tc.folder)
+			}
+		})
+	}
+}
