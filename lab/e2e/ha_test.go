@@ -32,19 +32,19 @@ func haEnv(t testing.TB, l *labtest.Lab) *env {
 	if err := os.WriteFile(l.ConfigPath(), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, l)
-	if _, bench := t.(*testing.B); !bench {
-		e.bin = raceChecked(t)
-	}
-	return e
+	return newEnv(t, l)
 }
 
 // raceChecked is the tool built with the race detector, behind a script
 // that has each run write the detector's reports into a directory of the
 // test's (GORACE log_path: a file per process, so a run the test kills
 // leaves what it found too); the test fails at its end with every report
-// there. A cluster of servers is where mgmtctl's Checks, dials and waits
-// run side by side. Benchmarks measure the plain build.
+// there. TestHA and TestHARestore run it: a cluster of servers is where
+// mgmtctl's Checks, dials and waits run side by side, and those two cover
+// a first apply, a rolling change behind the quorum gate, a restore and
+// its rejoins. The other tests run the plain build: the detector makes
+// the tool several times slower and heavier, which the suite's time on
+// 2 cores pays for every test that runs it.
 func raceChecked(t testing.TB) string {
 	dir := t.TempDir()
 	reports := filepath.Join(dir, "race")
@@ -103,6 +103,7 @@ const readyNodes = `jsonpath={range .items[*]}{.metadata.name}={.status.conditio
 func TestHA(t *testing.T) {
 	t.Parallel()
 	e := startHA(t)
+	e.bin = raceChecked(t)
 	r := e.apply()
 	mustSucceed(t, r, "first apply")
 	token := strings.TrimSpace(e.SSH("ubuntu", "192.0.2.50", filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "sudo cat /var/lib/rancher/k3s/server/token").Stdout)

@@ -125,6 +125,7 @@ func (e *env) capmoxVM(node string, id int, name, ip string) {
 func TestHARestore(t *testing.T) {
 	t.Parallel()
 	e := startHA(t)
+	e.bin = raceChecked(t)
 	mustSucceed(t, e.apply(), "apply")
 	if r := e.viaVIP("create", "configmap", "before-backup", "--from-literal=k=v"); !strings.Contains(r.Stdout, "created") {
 		t.Fatalf("test object: %+v", r)
