@@ -54,8 +54,10 @@ func RenderConfig(s Spec) []byte {
 		// pkg/etcd/s3/s3.go, loadEndpointCAs).
 		fmt.Fprintf(&b, "etcd-s3: true\netcd-s3-endpoint: %q\netcd-s3-bucket: %q\n", s3.Endpoint, s3.Bucket)
 		fmt.Fprintf(&b, "etcd-s3-folder: %q\n", s3layout.Folder(s3.Folder, s3.Cluster, s.Name))
-		if s3.Retention > 0 {
-			fmt.Fprintf(&b, "etcd-s3-retention: %d\n", s3.Retention)
+		// The retention is per server in the bucket too: each server
+		// has a folder of its own.
+		if s.SnapshotRetention > 0 {
+			fmt.Fprintf(&b, "etcd-s3-retention: %d\n", s.SnapshotRetention)
 		}
 		if s3.Region != "" {
 			fmt.Fprintf(&b, "etcd-s3-region: %q\n", s3.Region)

@@ -55,9 +55,6 @@ type Spec struct {
 // environment.
 type S3Spec struct {
 	Endpoint, Bucket, Folder, Region string
-	// Retention is etcd-s3-retention, per server (each has a folder of
-	// its own); 0 leaves k3s's default (etcd-snapshot-retention's).
-	Retention int
 	// Cluster is the cluster's id for its folder in the bucket
 	// (s3layout.Folder), found by the phase's Prepare; "" before it is known
 	// (a check run before the first server's VM exists).

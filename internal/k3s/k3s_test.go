@@ -43,7 +43,7 @@ func TestRenderConfigGolden(t *testing.T) {
 		// as k3s's etcd-s3-retention too.
 		{"config-s3.yaml", Spec{Name: "lab-mgmt-2", IP: netip.MustParseAddr("192.0.2.50"), SnapshotSchedule: "0 */6 * * *", SnapshotRetention: 2, S3: &S3Spec{Endpoint: "192.0.2.20:7070",
 			Bucket: "k3s-snapshots", Folder: "lab-mgmt", Region: "eu-west-1", CA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
-			AccessKey: "LABACCESS", SecretKey: "c2VjcmV0/key+1=", Retention: 2, Cluster: "0123456789ab"}}},
+			AccessKey: "LABACCESS", SecretKey: "c2VjcmV0/key+1=", Cluster: "0123456789ab"}}},
 		// The cluster's id not known yet (a check run before its first
 		// VM exists): no S3 settings rather than a folder to move.
 		{"config-s3-pending.yaml", Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), S3: &S3Spec{Endpoint: "192.0.2.20:7070", Bucket: "k3s-snapshots"}}},

@@ -26,7 +26,7 @@ func k3sSpec(l *config.Loaded, i int) k3s.Spec {
 		VIP: c.Spec.VIP.Addr, SnapshotSchedule: c.Spec.Backup.Schedule, SnapshotRetention: c.Spec.Backup.Retention}
 	if b := c.Spec.Backup.S3; b != nil {
 		k := l.Secrets.S3
-		s.S3 = &k3s.S3Spec{Endpoint: b.Endpoint, Bucket: b.Bucket, Folder: b.Folder, Region: b.Region, CA: b.CA, Retention: c.Spec.Backup.Retention,
+		s.S3 = &k3s.S3Spec{Endpoint: b.Endpoint, Bucket: b.Bucket, Folder: b.Folder, Region: b.Region, CA: b.CA,
 			AccessKey: k.AccessKey, SecretKey: k.SecretKey}
 	}
 	if i > 0 {
