@@ -6,6 +6,7 @@
 package backup
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/s3layout"
 )
 
@@ -85,6 +87,17 @@ type InBucket struct {
 	// (s3layout.ClusterOf); "" for the layout before per-cluster
 	// folders.
 	Cluster string
+}
+
+// ListBucket lists the snapshots in bucket under folder as k3s on h
+// lists them (EtcdSnapshotsUnder: every cluster's and server's folder,
+// and the layout before them): the laptop itself never speaks to S3.
+func ListBucket(ctx context.Context, h remote.Reader, bucket, folder string) ([]InBucket, error) {
+	res, err := h.Look(ctx, remote.EtcdSnapshotsUnder(folder).AsRoot())
+	if err != nil {
+		return nil, err
+	}
+	return Bucketed(string(res.Stdout), bucket, folder), nil
 }
 
 // Bucketed is the snapshots of `k3s etcd-snapshot ls` in bucket under

@@ -339,12 +339,12 @@ func exists(p string) bool {
 // server's k3s lists it there: a name the bucket does not have is refused
 // before k3s stops.
 func (s *Restore) checkS3(ctx context.Context) (step.Plan, error) {
-	res, err := s.V.Host.Look(ctx, remote.EtcdSnapshotsUnder(s.Folder).AsRoot())
+	inBucket, err := ListBucket(ctx, s.V.Host, s.Bucket, s.Folder)
 	if err != nil {
 		return step.Plan{}, fmt.Errorf("list the snapshots in S3 from %s: %w", s.V.Name, err)
 	}
 	var found []InBucket
-	for _, sn := range Bucketed(string(res.Stdout), s.Bucket, s.Folder) {
+	for _, sn := range inBucket {
 		if sn.Name == s.B.S3 {
 			found = append(found, sn)
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
-	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
 
@@ -156,11 +155,8 @@ func listBackups(ctx context.Context, g *global, o *Options, dir string) error {
 	return tw.Flush()
 }
 
-// s3Snapshots lists the bucket's snapshots under spec.backup.s3.folder,
-// every cluster's and server's folder (and the layout before them), as
-// k3s on the first server lists them (k3s etcd-snapshot ls, with k3s's
-// environment file for the keys): the laptop itself never speaks to S3,
-// so it needs no S3 client.
+// s3Snapshots lists the bucket's snapshots under spec.backup.s3.folder
+// as k3s on the first server lists them (backup.ListBucket).
 func s3Snapshots(ctx context.Context, r *run) ([]backup.InBucket, error) {
 	srv := r.l.Servers()[0]
 	h, err := r.s.DialVM(ctx, srv, false, nil)
@@ -168,11 +164,11 @@ func s3Snapshots(ctx context.Context, r *run) ([]backup.InBucket, error) {
 		return nil, err
 	}
 	b := r.l.Cluster.Spec.Backup.S3
-	res, err := h.Look(ctx, remote.EtcdSnapshotsUnder(b.Folder).AsRoot())
+	out, err := backup.ListBucket(ctx, h, b.Bucket, b.Folder)
 	if err != nil {
 		return nil, fmt.Errorf("k3s etcd-snapshot ls on %s: %w", srv.Name, err)
 	}
-	return backup.Bucketed(string(res.Stdout), b.Bucket, b.Folder), nil
+	return out, nil
 }
 
 // age is a duration as a listing shows it: its largest unit.
