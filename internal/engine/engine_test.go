@@ -528,6 +528,26 @@ func (s *ahead) Check(context.Context) (step.Plan, error) {
 	return s.plan(n), nil
 }
 
+// runWithin runs steps as one phase with an executor and fails t, saying
+// stuck, unless the run ends within 10 s: a Check that waits for another
+// one never returns.
+func runWithin(t *testing.T, stuck string, steps []step.Step, l Listener) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: steps}}, Options{Exec: &recording{}}, l)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(stuck)
+	}
+}
+
 // TestIndependentStepsAreCheckedAhead: independent steps are checked side
 // by side as the phase starts (each Check here waits for the others to
 // start: one after another they would never return), and a plan checked
@@ -540,19 +560,7 @@ func TestIndependentStepsAreCheckedAhead(t *testing.T) {
 	gate.Add(3)
 	a, b, c := &ahead{id: "a", gate: &gate, plan: none}, &ahead{id: "b", gate: &gate, plan: none}, &ahead{id: "c", gate: &gate, plan: none}
 	var ev events
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: []step.Step{a, b, c}}}, Options{Exec: &recording{}}, &ev)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the independent steps were not checked side by side")
-	}
+	runWithin(t, "the independent steps were not checked side by side", []step.Step{a, b, c}, &ev)
 	if got := strings.Join(ev.ends(), " "); got != "k3s/a=ok k3s/b=ok k3s/c=ok" {
 		t.Errorf("events: %s", got)
 	}
@@ -611,19 +619,7 @@ func TestAheadChecksDecideAtTheirTurn(t *testing.T) {
 	run := effect.Run{Host: "h", Cmd: remote.Command("fix")}
 	change := &planned{step.Plan{Changes: []step.Change{{Summary: "fix", Effects: []effect.Effect{run}}}}}
 	slow := &blocking{}
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(context.Background(), []step.Phase{{Tag: step.TagK3s, Steps: []step.Step{change, slow}}}, Options{Exec: &recording{}}, &events{})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the change waited for a Check running ahead instead of cancelling it")
-	}
+	runWithin(t, "the change waited for a Check running ahead instead of cancelling it", []step.Step{change, slow}, &events{})
 	if !slow.cancelled.Load() || slow.checks.Load() != 2 {
 		t.Errorf("the Check ahead: cancelled %v, checked %d times (want cancelled, then checked at its turn)", slow.cancelled.Load(), slow.checks.Load())
 	}
