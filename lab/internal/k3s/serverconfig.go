@@ -153,7 +153,8 @@ func LoadConfig(path string) (Config, error) {
 	// documented from v1.34.0); unset, it is etcd-snapshot-retention's
 	// (pkg/etcd/s3/s3.go GetClient: "retention ... may have been
 	// defaulted from the etcd-snapshot-retention flag"), whose default is
-	// 5.
+	// 5. That defaulting is read from that comment only: UNVERIFIED in the
+	// server's flag handling (docs/lab.md).
 	c.S3.Retention = c.SnapshotRetention
 	if v, ok := raw["etcd-s3-retention"]; ok {
 		n, err := strconv.Atoi(fmt.Sprint(v))

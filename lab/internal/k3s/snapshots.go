@@ -25,7 +25,9 @@ import (
 // which lists every object under <etcd-s3-folder>/<etcd-snapshot-name>,
 // whichever node or cluster uploaded it, and keeps the newest by
 // LastModified (pkg/etcd/s3/s3.go, SnapshotRetention; k3s-io/k3s #9866
-// says it is meant so). The defaults are k3s's (docs.k3s.io
+// says it is meant so). Read at commits 97df5ce (snapshot.go) and 0d0a789
+// (s3.go); which v1.35.x tag carries these lines is UNVERIFIED
+// (docs/lab.md). The defaults are k3s's (docs.k3s.io
 // cli/etcd-snapshot): at 00:00 and 12:00, five kept.
 const (
 	defaultSnapshotCron      = "0 */12 * * *"
