@@ -3,7 +3,7 @@
 GO ?= go
 export GO
 
-.PHONY: all build deps drop-points test test-unit test-under-load vet bench demo lab-down clean
+.PHONY: all build deps drop-points test test-unit test-race-e2e test-under-load vet bench demo lab-down clean
 
 all: build
 
@@ -45,6 +45,16 @@ test: vet
 test-unit: vet
 	$(GO) test -count=1 -short ./...
 	cd lab && $(GO) test -count=1 -short ./...
+
+# The end-to-end tests of a cluster of servers (TestHA: a first apply, a
+# rolling change behind the quorum gate; TestHARestore: a restore, its
+# rejoins, a restore killed and redone) with mgmtctl built with Go's race
+# detector: a race it reports fails the test. Outside make test (which runs
+# the unit tests with -race): about 15 minutes on 2 cores.
+test-race-e2e:
+	@bash hack/build.sh all
+	@bash hack/build.sh race
+	cd lab && MGMTCTL_E2E_RACE=1 $(GO) test -count=1 -timeout 60m -run 'TestHA$$|TestHARestore$$' -v ./e2e/
 
 # The lab's tests with a CPU hog on every core beside them, RUNS times
 # (default 3): what a busy shared CI runner does to timing.

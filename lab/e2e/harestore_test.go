@@ -114,8 +114,8 @@ func (e *env) capmoxVM(node string, id int, name, ip string) {
 }
 
 // TestHARestore is disaster recovery for a cluster of three servers, onto
-// VMs destroyed and re-created: apply, a test object and a removed
-// server's Node, backup; destroy and apply three fresh servers (the object
+// VMs destroyed and re-created: three servers converged with a test
+// object (a copy of haBackedUp), a removed server's Node, backup; destroy and apply three fresh servers (the object
 // is gone); a restore killed half-way is completed by the next, which
 // follows k3s's procedure (k3s stopped on the others,
 // the first reset from the snapshot, the others' etcd data moved aside and
@@ -124,12 +124,11 @@ func (e *env) capmoxVM(node string, id int, name, ip string) {
 // changes nothing. No output holds the cluster token.
 func TestHARestore(t *testing.T) {
 	t.Parallel()
-	e := startHA(t)
-	e.bin = raceChecked(t)
-	mustSucceed(t, e.apply(), "apply")
-	if r := e.viaVIP("create", "configmap", "before-backup", "--from-literal=k=v"); !strings.Contains(r.Stdout, "created") {
-		t.Fatalf("test object: %+v", r)
-	}
+	// Three servers converged with the test object (before-backup) made:
+	// a copy of the template the other restores of three servers start
+	// from, whose own backup this test leaves aside.
+	e := haEnv(t, haBackedUp.Start(t))
+	e.bin = raceChecked(t, e.bin)
 	e.kubectlApply("stale-node", staleServer)
 	// A workload cluster whose Machines' VMs CAPMOX made on two nodes.
 	e.kubectlApply("machines", workloadMachines)
@@ -143,10 +142,12 @@ func TestHARestore(t *testing.T) {
 
 	r := e.mgmtctl("backup")
 	mustSucceed(t, r, "backup")
+	// The template's backup, then this one (directories named by time).
 	dirs, _ := filepath.Glob(filepath.Join(e.LaptopHome(), ".local/share/mgmtctl/backups/lab-mgmt/*"))
-	if len(dirs) != 1 {
+	if len(dirs) != 2 {
 		t.Fatalf("backups: %v", dirs)
 	}
+	dirs = dirs[1:]
 	token, err := os.ReadFile(filepath.Join(dirs[0], "token"))
 	if err != nil || !strings.HasPrefix(string(token), "K10") {
 		t.Fatalf("token: %q %v", token, err)

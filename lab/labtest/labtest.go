@@ -86,13 +86,16 @@ func Mgmtctl(t testing.TB) string {
 	return filepath.Join(BinDir(t), "mgmtctl")
 }
 
-// MgmtctlRace is the tool built with Go's race detector (bin/mgmtctl-race,
-// built with BinDir): the end-to-end tests of a cluster of servers run
-// it, with GORACE pointing its reports at files a test looks for (see
-// RaceReports).
+// MgmtctlRace is the tool built with Go's race detector
+// (bin/mgmtctl-race, which `hack/build.sh race` builds: make
+// test-race-e2e), for the end-to-end tests of a cluster of servers.
 func MgmtctlRace(t testing.TB) string {
 	t.Helper()
-	return filepath.Join(BinDir(t), "mgmtctl-race")
+	p := filepath.Join(BinDir(t), "mgmtctl-race")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%v: build it with hack/build.sh race (make test-race-e2e does)", err)
+	}
+	return p
 }
 
 // Skip skips t under -short (the unit tests alone: make test-unit) and
