@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/s3layout"
@@ -39,6 +41,9 @@ func RenderConfig(s Spec) []byte {
 		fmt.Fprintf(&b, "  - %q\n", s.VIP)
 	}
 	b.WriteString("write-kubeconfig-mode: \"0600\"\n")
+	if s.SecretsEncryption {
+		b.WriteString("secrets-encryption: true\n")
+	}
 	if s.SnapshotSchedule != "" {
 		fmt.Fprintf(&b, "etcd-snapshot-schedule-cron: %q\n", s.SnapshotSchedule)
 	}
@@ -161,7 +166,48 @@ func (s *Config) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *Config) Check(ctx context.Context) (step.Plan, error) {
-	return s.V.filePlan(ctx, ConfigPath, s.V.config())
+	p, err := s.V.filePlan(ctx, ConfigPath, s.V.config())
+	if err == nil && !s.V.Spec.SecretsEncryption {
+		p.Warnings = append(p.Warnings, UnencryptedWarning)
+	}
+	return p, err
+}
+
+// UnencryptedWarning is the config step's warning on a cluster whose
+// servers run without secrets-encryption: one k3s initialised before
+// mgmtctl turned it on. Turning it on for a running cluster is k3s's
+// secrets-encrypt procedure, which mgmtctl does not carry out yet; until
+// then every snapshot holds the cluster's Secrets, the Proxmox token
+// among them, as plain bytes.
+const UnencryptedWarning = "Secrets are not encrypted at rest: this cluster's k3s was initialised without secrets-encryption, so its snapshots (laptop and S3) hold every Secret, the Proxmox token among them, in clear"
+
+// EncryptSecrets says whether a cluster's servers run k3s with
+// secrets-encryption, from their config.yaml as gathered: on for a
+// cluster none of whose servers has a config.yaml yet (a new cluster:
+// k3s generates its key as the first server starts, docs.k3s.io
+// security/secrets-encryption), and for one whose servers have it on; off
+// for a cluster k3s initialised without it. k3s holds the setting
+// cluster-wide (CriticalControlArgs.EncryptSecrets, pkg/daemons/config/
+// types.go: a server whose value differs from the cluster's is refused),
+// and k3s documents no turning it on for a running cluster by its flag
+// alone (docs.k3s.io cli/secrets-encrypt: "Starting K3s without
+// encryption and enabling it at a later time is currently not
+// supported"), so a server that joins takes the cluster's setting.
+func EncryptSecrets(vms []*VM) bool {
+	initialised := false
+	for _, v := range vms {
+		if v.Config == nil {
+			continue
+		}
+		initialised = true
+		var c struct {
+			On bool `json:"secrets-encryption"`
+		}
+		if yaml.Unmarshal(v.Config, &c) == nil && c.On {
+			return true
+		}
+	}
+	return !initialised
 }
 
 // Restart restarts k3s when it runs with an older config.yaml than the one

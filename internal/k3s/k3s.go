@@ -49,6 +49,9 @@ type Spec struct {
 	// S3, when set, is where k3s sends its snapshots off-site; its keys
 	// go to EnvPath, never to config.yaml.
 	S3 *S3Spec
+	// SecretsEncryption is k3s's secrets-encryption: Secrets encrypted
+	// at rest in etcd, and so in every snapshot of it (EncryptSecrets).
+	SecretsEncryption bool
 }
 
 // S3Spec is k3s's etcd-s3* settings, and the keys k3s reads from its

@@ -35,8 +35,9 @@ func TestRenderConfigGolden(t *testing.T) {
 		spec   Spec
 	}{
 		{"config.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50")}},
-		{"config-first.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50"), VIP: vip}},
-		{"config-join.yaml", Spec{IP: netip.MustParseAddr("192.0.2.51"), VIP: vip, Join: "https://192.0.2.60:6443"}},
+		// A new cluster's servers: Secrets encrypted at rest.
+		{"config-first.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50"), VIP: vip, SecretsEncryption: true}},
+		{"config-join.yaml", Spec{IP: netip.MustParseAddr("192.0.2.51"), VIP: vip, Join: "https://192.0.2.60:6443", SecretsEncryption: true}},
 		{"config-snapshots.yaml", Spec{IP: netip.MustParseAddr("192.0.2.50"), SnapshotSchedule: "0 */6 * * *", SnapshotRetention: 10}},
 		// The keys are not in it: they go to EnvPath.
 		// The server's own folder under its cluster's; the retention
@@ -49,6 +50,37 @@ func TestRenderConfigGolden(t *testing.T) {
 		{"config-s3-pending.yaml", Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), S3: &S3Spec{Endpoint: "192.0.2.20:7070", Bucket: "k3s-snapshots"}}},
 	} {
 		golden(t, c.golden, RenderConfig(c.spec))
+	}
+}
+
+// TestEncryptSecrets: secrets-encryption is on for a cluster no server of
+// which has a config.yaml yet, and for one whose servers have it on; a
+// cluster k3s initialised without it keeps it off on every server, a
+// server that joins later included (k3s refuses a server whose setting
+// differs from the cluster's).
+func TestEncryptSecrets(t *testing.T) {
+	on := RenderConfig(Spec{SecretsEncryption: true})
+	off := RenderConfig(Spec{})
+	for _, c := range []struct {
+		name    string
+		configs [][]byte
+		want    bool
+	}{
+		{"a new cluster", [][]byte{nil, nil, nil}, true},
+		{"a new lone server", [][]byte{nil}, true},
+		{"an encrypted cluster", [][]byte{on, on, on}, true},
+		{"an encrypted cluster, a server to join", [][]byte{on, nil, on}, true},
+		{"a cluster without it", [][]byte{off}, false},
+		{"a cluster without it, a server to join", [][]byte{off, nil, nil}, false},
+		{"a config.yaml that is not YAML", [][]byte{[]byte("\t:")}, false},
+	} {
+		var vms []*VM
+		for _, b := range c.configs {
+			vms = append(vms, &VM{Config: b})
+		}
+		if got := EncryptSecrets(vms); got != c.want {
+			t.Errorf("%s: EncryptSecrets = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

@@ -317,6 +317,10 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 					snap.Name, snap.Host = v.Name(), v.Host
 				}
 			}
+			encrypt := k3s.EncryptSecrets(vms)
+			for _, v := range vms {
+				v.Spec.SecretsEncryption = encrypt
+			}
 			if b := c.Spec.Backup.S3; b != nil {
 				id := s3Cluster(s, b.Folder, servers, vms)
 				for _, v := range vms {

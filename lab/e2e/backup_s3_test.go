@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path"
@@ -37,6 +38,7 @@ func TestS3Restore(t *testing.T) {
 	}
 	keys := strings.Fields(string(creds))
 	access, secret := keys[0], keys[1]
+	proxmoxSecret := e.secret() // before secrets.yaml gets the S3 keys
 	sec, err := os.ReadFile(e.SecretsPath())
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +82,7 @@ func TestS3Restore(t *testing.T) {
 	}
 
 	// A marker, then a scheduled snapshot in S3 that holds it.
-	if r := e.viaVIP("create", "configmap", "in-s3", "--from-literal=k=v"); !strings.Contains(r.Stdout, "created") {
+	if r := e.viaVIP("create", "configmap", "in-s3", "--from-literal=k=v", "--from-literal=marker="+configMapMarker); !strings.Contains(r.Stdout, "created") {
 		t.Fatalf("marker: %+v", r)
 	}
 	marked := time.Now()
@@ -106,6 +108,22 @@ func TestS3Restore(t *testing.T) {
 	}
 	if list := run("backup --list", "backup", "--list"); !strings.Contains(list, "s3:"+snap) || !strings.Contains(list, "scheduled by k3s") {
 		t.Errorf("backup --list:\n%s", list)
+	}
+	// Secrets encrypted at rest: no object in the bucket holds the Proxmox
+	// token secret, as its bytes or their base64; the marker's snapshot
+	// holds the ConfigMap's value (the search reads etcd's bytes).
+	for _, c := range []struct {
+		what, text string
+		want       bool
+	}{
+		{"the Proxmox token secret", proxmoxSecret, false},
+		{"the Proxmox token secret's base64", base64.StdEncoding.EncodeToString([]byte(proxmoxSecret)), false},
+		{"the ConfigMap's value", configMapMarker, true},
+	} {
+		r := e.Run("mirror", "grep", "-rlF", "-e", c.text, "/var/lib/labsim/s3")
+		if found := strings.TrimSpace(r.Stdout) != ""; found != c.want || r.Code > 1 {
+			t.Errorf("objects in the bucket holding %s (want some: %v): exit %d %q %s", c.what, c.want, r.Code, r.Stdout, r.Stderr)
+		}
 	}
 
 	// Every server lost; a new cluster, with a token of its own and a

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,12 +14,14 @@ import (
 // destroy and apply a fresh VM (the object is gone); a damaged copy of the
 // snapshot and a config with other pins are refused before anything is
 // touched; restore brings the object and the five providers back, and the
-// next apply changes nothing. No output holds the server token.
+// next apply changes nothing. No output holds the server token; the
+// snapshot holds the Proxmox token secret encrypted, and the restored
+// cluster serves it.
 func TestBackupRestore(t *testing.T) {
 	t.Parallel()
 	e := startConverged(t)
 	kubectl := func(args ...string) string { return e.adminKubectl(args...).Stdout }
-	if out := kubectl("create", "configmap", "before-backup", "--from-literal=k=v"); !strings.Contains(out, "created") {
+	if out := kubectl("create", "configmap", "before-backup", "--from-literal=k=v", "--from-literal=marker="+configMapMarker); !strings.Contains(out, "created") {
 		t.Fatalf("test object: %q", out)
 	}
 	// Two workload Clusters, of Cluster API's own CRD: one running, one its
@@ -53,6 +57,22 @@ func TestBackupRestore(t *testing.T) {
 	if r := e.vmSSH("sudo ls /var/lib/rancher/k3s/server/db/snapshots"); strings.TrimSpace(r.Stdout) != "" {
 		t.Errorf("the server kept its copy: %q", r.Stdout)
 	}
+	// Secrets encrypted at rest (k3s's secrets-encryption): the Proxmox
+	// token secret, in the cluster as CAPMOX's variables, is in the
+	// snapshot neither as its bytes nor as their base64, while a
+	// ConfigMap's value, never encrypted, is there as its bytes (so the
+	// search reads what etcd holds).
+	snap, err := os.ReadFile(filepath.Join(dir, "snapshot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxmoxSecret := e.secret()
+	if bytes.Contains(snap, []byte(proxmoxSecret)) || bytes.Contains(snap, []byte(base64.StdEncoding.EncodeToString([]byte(proxmoxSecret)))) {
+		t.Errorf("the snapshot holds the Proxmox token secret in clear")
+	}
+	if !bytes.Contains(snap, []byte(configMapMarker)) {
+		t.Errorf("the snapshot holds no %q: the search for the secret read nothing of etcd's", configMapMarker)
+	}
 
 	mustSucceed(t, e.mgmtctl("destroy", "--yes"), "destroy")
 	mustSucceed(t, e.apply(), "apply a fresh VM")
@@ -87,6 +107,11 @@ func TestBackupRestore(t *testing.T) {
 	noSecret(t, r, secret)
 	if out := kubectl("get", "configmap", "before-backup", "-o", "jsonpath={.data.k}"); out != "v" {
 		t.Errorf("the object is not back: %q", out)
+	}
+	// The restored cluster reads the Secrets the snapshot holds
+	// encrypted: its key came back with the snapshot's bootstrap data.
+	if out := kubectl("get", "secrets", "-n", "capmox-system", "-l", "mgmtctl.io/variables-for", "-o", "jsonpath={.items[0].data.PROXMOX_SECRET}"); out != base64.StdEncoding.EncodeToString([]byte(proxmoxSecret)) {
+		t.Errorf("the restored CAPMOX variables: PROXMOX_SECRET %q", out)
 	}
 	if out := kubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`); out != "TrueTrueTrueTrueTrue" {
 		t.Errorf("providers Ready: %q", out)
@@ -130,6 +155,10 @@ func TestBackupRestore(t *testing.T) {
 		t.Errorf("Clusters after the apply: %s\n%s", got, r.Stdout)
 	}
 }
+
+// configMapMarker is a ConfigMap value the snapshot tests look for in
+// etcd's bytes: ConfigMaps are not encrypted at rest.
+const configMapMarker = "plain-configmap-value-7f3c"
 
 // workloadClusters are two Clusters of Cluster API's v1beta2, as a
 // management cluster's users have them: one running, one its owner

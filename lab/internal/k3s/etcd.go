@@ -116,9 +116,13 @@ func writeToken(token string) error {
 
 // bootstrapFiles are the CA material k3s keeps in the datastore as
 // bootstrap data, so a server restored elsewhere gets the cluster's CAs
-// back (docs.k3s.io cli/etcd-snapshot, "Restoring To New Hosts").
-var bootstrapFiles = []string{"server-ca/ca.crt", "server-ca/ca.key", "client-ca/ca.crt", "client-ca/ca.key",
-	"request-header-ca/ca.crt", "request-header-ca/ca.key", "service.key"}
+// back (docs.k3s.io cli/etcd-snapshot, "Restoring To New Hosts"), and the
+// secrets-encryption config with its key (k3s pkg/daemons/config/types.go,
+// ControlRuntimeBootstrap: EncryptionConfig beside the CAs), so a server
+// that joins or restores reads the Secrets the others wrote. Paths are
+// under DataDir.
+var bootstrapFiles = []string{"tls/server-ca/ca.crt", "tls/server-ca/ca.key", "tls/client-ca/ca.crt", "tls/client-ca/ca.key",
+	"tls/request-header-ca/ca.crt", "tls/request-header-ca/ca.key", "tls/service.key", encryptionConfigFile}
 
 func bootstrapKey(token string) string {
 	h := sha256.Sum256([]byte(password(token)))
@@ -159,11 +163,11 @@ func etcdClient(host ...string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: []string{"http://" + h + ":2379"}, DialTimeout: 10 * time.Second})
 }
 
-// loadBootstrap brings the datastore's bootstrap data to disk: the
-// datastore wins (a restored snapshot brings the cluster's CAs back).
-// found is false for a datastore that has none yet; bootstrap data under
-// another token's key is upstream's fatal error.
-func loadBootstrap(ctx context.Context, token, tls string, log io.Writer) (found bool, err error) {
+// loadBootstrap brings the datastore's bootstrap data to disk under dir
+// (DataDir): the datastore wins (a restored snapshot brings the cluster's
+// CAs back). found is false for a datastore that has none yet; bootstrap
+// data under another token's key is upstream's fatal error.
+func loadBootstrap(ctx context.Context, token, dir string, log io.Writer) (found bool, err error) {
 	cl, err := etcdClient()
 	if err != nil {
 		return false, err
@@ -189,10 +193,10 @@ func loadBootstrap(ctx context.Context, token, tls string, log io.Writer) (found
 		}
 		for name, b := range files {
 			mode := os.FileMode(0o644)
-			if strings.HasSuffix(name, ".key") {
+			if strings.HasSuffix(name, ".key") || name == encryptionConfigFile {
 				mode = 0o600
 			}
-			if err := writeFile(filepath.Join(tls, name), b, mode); err != nil {
+			if err := writeFile(filepath.Join(dir, name), b, mode); err != nil {
 				return false, err
 			}
 		}
@@ -204,9 +208,9 @@ func loadBootstrap(ctx context.Context, token, tls string, log io.Writer) (found
 	return false, nil
 }
 
-// storeBootstrap puts the disk's CA material into the datastore, sealed
-// with the token.
-func storeBootstrap(ctx context.Context, token, tls string) error {
+// storeBootstrap puts the disk's CA material (under dir, DataDir) into
+// the datastore, sealed with the token.
+func storeBootstrap(ctx context.Context, token, dir string) error {
 	cl, err := etcdClient()
 	if err != nil {
 		return err
@@ -214,7 +218,7 @@ func storeBootstrap(ctx context.Context, token, tls string) error {
 	defer cl.Close()
 	files := map[string][]byte{}
 	for _, name := range bootstrapFiles {
-		if b, err := os.ReadFile(filepath.Join(tls, name)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
 			files[name] = b
 		}
 	}
@@ -430,7 +434,7 @@ func clusterReset(restorePath string, s3 S3Config, token, tls string, me member,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	found, err := loadBootstrap(ctx, token, tls, log)
+	found, err := loadBootstrap(ctx, token, DataDir, log)
 	if err != nil {
 		return err
 	}

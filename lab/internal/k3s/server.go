@@ -163,9 +163,23 @@ func Server(args []string, log io.Writer) error {
 	if err := promote(bctx, etcd, log); err != nil {
 		return err
 	}
-	found, err := loadBootstrap(bctx, token, tls, log)
+	found, err := loadBootstrap(bctx, token, DataDir, log)
 	if err != nil {
 		return err
+	}
+	// secrets-encryption: the key the datastore's bootstrap data brought,
+	// else a new one (k3s pkg/daemons/control/deps/deps.go,
+	// genEncryptionConfigAndState, after the bootstrap reconcile).
+	var encryption string
+	if cfg.SecretsEncryption {
+		encryption = filepath.Join(DataDir, encryptionConfigFile)
+		made, err := genEncryptionConfig(encryption)
+		if err != nil {
+			return err
+		}
+		// A key made here that the datastore's bootstrap data does not
+		// hold yet goes there, for the servers that join.
+		found = found && !made
 	}
 
 	ca, err := loadCAs(tls)
@@ -175,7 +189,7 @@ func Server(args []string, log io.Writer) error {
 	// The CAs and the service account key go into the datastore's
 	// bootstrap data, from which a joining server takes them.
 	if !found {
-		if err := storeBootstrap(bctx, token, tls); err != nil {
+		if err := storeBootstrap(bctx, token, DataDir); err != nil {
 			return err
 		}
 	}
@@ -189,6 +203,12 @@ func Server(args []string, log io.Writer) error {
 	serverCA, clientCA, saKey := ca.server, ca.client, ca.serviceKey
 
 	apiArgs := apiServerArgs(tls, ip, saKey)
+	if encryption != "" {
+		// k3s pkg/daemons/control/server.go, apiServer(): with
+		// EncryptSecrets, encryption-provider-config (and its automatic
+		// reload, which k3s secrets-encrypt's rotation relies on).
+		apiArgs = append(apiArgs, "--encryption-provider-config="+encryption, "--encryption-provider-config-automatic-reload=true")
+	}
 	apiArgs = append(apiArgs, reportReleaseVersion(Version())...)
 	apiDone := make(chan int, 1)
 	go func() {

@@ -32,6 +32,8 @@ type Config struct {
 	SnapshotCron      string `json:"etcd-snapshot-schedule-cron"`
 	SnapshotRetention int    `json:"etcd-snapshot-retention"`
 	DisableSnapshots  bool   `json:"etcd-disable-snapshots"`
+	// SecretsEncryption is k3s's secrets-encryption (encryption.go).
+	SecretsEncryption bool `json:"secrets-encryption"`
 	// S3 is where snapshots go off-site (s3.go).
 	S3 S3Config `json:"-"`
 	// Unknown are the keys k3s has no flag for, in file order.
@@ -145,6 +147,9 @@ func LoadConfig(path string) (Config, error) {
 	}
 	if v, ok := raw["etcd-disable-snapshots"]; ok {
 		c.DisableSnapshots = fmt.Sprint(v) == "true"
+	}
+	if v, ok := raw["secrets-encryption"]; ok {
+		c.SecretsEncryption = fmt.Sprint(v) == "true"
 	}
 	if err := yaml.Unmarshal(b, &c.S3); err != nil {
 		return c, fmt.Errorf("parse %s: etcd-s3: %w", path, err)
