@@ -168,18 +168,19 @@ func (s *Config) Host() string { return s.V.Name() }
 func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 	p, err := s.V.filePlan(ctx, ConfigPath, s.V.config())
 	if err == nil && !s.V.Spec.SecretsEncryption {
-		p.Warnings = append(p.Warnings, UnencryptedWarning)
+		p.Note = strings.TrimPrefix(p.Note+"; "+Unencrypted, "; ")
 	}
 	return p, err
 }
 
-// UnencryptedWarning is the config step's warning on a cluster whose
-// servers run without secrets-encryption: one k3s initialised before
-// mgmtctl turned it on. Turning it on for a running cluster is k3s's
-// secrets-encrypt procedure, which mgmtctl does not carry out yet; until
-// then every snapshot holds the cluster's Secrets, the Proxmox token
-// among them, as plain bytes.
-const UnencryptedWarning = "Secrets are not encrypted at rest: this cluster's k3s was initialised without secrets-encryption, so its snapshots (laptop and S3) hold every Secret, the Proxmox token among them, in clear"
+// Unencrypted is what the config step says, every run, on a cluster
+// whose servers run without secrets-encryption: one k3s initialised
+// before mgmtctl turned it on. Turning it on for a running cluster is
+// k3s's secrets-encrypt procedure, which mgmtctl does not carry out yet;
+// until then every snapshot holds the cluster's Secrets, the Proxmox
+// token among them, as plain bytes. A note, not a warning: status would
+// report the cluster unhealthy for what no apply can change.
+const Unencrypted = "Secrets are not encrypted at rest: this cluster's k3s was initialised without secrets-encryption, so its snapshots (laptop and S3) hold every Secret, the Proxmox token among them, in clear"
 
 // EncryptSecrets says whether a cluster's servers run k3s with
 // secrets-encryption, from their config.yaml as gathered: on for a

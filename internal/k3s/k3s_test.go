@@ -162,3 +162,22 @@ func TestEnvFile(t *testing.T) {
 		t.Errorf("RenderEnv = %q", got)
 	}
 }
+
+// TestConfigSaysSecretsAreInClear: on a server of a cluster k3s
+// initialised without secrets-encryption, the config step says, every run
+// and as a note (status stays healthy: no apply can change it), that
+// the snapshots hold the Secrets in clear; an encrypted server's says
+// nothing of it.
+func TestConfigSaysSecretsAreInClear(t *testing.T) {
+	for _, encrypted := range []bool{false, true} {
+		spec := Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), SecretsEncryption: encrypted}
+		h := &remotetest.Host{HostName: "lab-mgmt", Files: map[string][]byte{ConfigPath: RenderConfig(spec)}}
+		p, err := (&Config{V: &VM{Spec: spec, Host: h}}).Check(context.Background())
+		if err != nil || !p.Empty() || len(p.Warnings) != 0 {
+			t.Fatalf("encrypted %v: %+v, %v", encrypted, p, err)
+		}
+		if says := strings.Contains(p.Note, Unencrypted); says == encrypted || !strings.HasPrefix(p.Note, ConfigPath+" up to date") {
+			t.Errorf("encrypted %v: note %q", encrypted, p.Note)
+		}
+	}
+}
