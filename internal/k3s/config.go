@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/mgmtctl/mgmtctl/internal/effect"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/s3layout"
@@ -183,30 +181,27 @@ func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 const Unencrypted = "Secrets are not encrypted at rest: this cluster's k3s was initialised without secrets-encryption, so its snapshots (laptop and S3) hold every Secret, the Proxmox token among them, in clear"
 
 // EncryptSecrets says whether a cluster's servers run k3s with
-// secrets-encryption, from their config.yaml as gathered: on for a
-// cluster none of whose servers has a config.yaml yet (a new cluster:
-// k3s generates its key as the first server starts, docs.k3s.io
-// security/secrets-encryption), and for one whose servers have it on; off
-// for a cluster k3s initialised without it. k3s holds the setting
-// cluster-wide (CriticalControlArgs.EncryptSecrets, pkg/daemons/config/
-// types.go: a server whose value differs from the cluster's is refused),
-// and k3s documents no turning it on for a running cluster by its flag
-// alone (docs.k3s.io cli/secrets-encrypt: "Starting K3s without
-// encryption and enabling it at a later time is currently not
-// supported"), so a server that joins takes the cluster's setting.
+// secrets-encryption, from what k3s holds on their disks, not from
+// config.yaml (which a hand edit may have changed: a server started
+// without it would no longer read the Secrets the others encrypt): on for
+// a cluster whose servers hold the encryption config k3s generated
+// (server/cred/encryption-config.json; it travels in the bootstrap data,
+// so every server of such a cluster has it), and for a new cluster, none
+// of whose servers has run k3s yet (k3s generates the key as the first
+// server starts, docs.k3s.io security/secrets-encryption); off for a
+// cluster k3s initialised without it. k3s holds the setting cluster-wide
+// (CriticalControlArgs.EncryptSecrets, pkg/daemons/config/types.go: a
+// server whose value differs from the cluster's is refused), and
+// documents no turning it on for a running cluster by its flag alone
+// (docs.k3s.io cli/secrets-encrypt: "Starting K3s without encryption and
+// enabling it at a later time is currently not supported").
 func EncryptSecrets(vms []*VM) bool {
 	initialised := false
 	for _, v := range vms {
-		if v.Config == nil {
-			continue
-		}
-		initialised = true
-		var c struct {
-			On bool `json:"secrets-encryption"`
-		}
-		if yaml.Unmarshal(v.Config, &c) == nil && c.On {
+		if v.Encrypting {
 			return true
 		}
+		initialised = initialised || v.Initialised
 	}
 	return !initialised
 }

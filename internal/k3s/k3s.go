@@ -24,9 +24,14 @@ import (
 // Paths on the VM (docs.k3s.io "Configuration File" and "Cluster Access";
 // docs/upstream.md §2.3, §2.4).
 const (
-	ConfigPath     = "/etc/rancher/k3s/config.yaml"
-	KubeconfigPath = "/etc/rancher/k3s/k3s.yaml"
-	RestartID      = "restart-k3s"
+	ConfigPath = "/etc/rancher/k3s/config.yaml"
+	// ServerTLSDir exists once k3s has started as a server; and
+	// EncryptionConfigPath once it has with secrets-encryption (k3s
+	// pkg/daemons/control/deps/deps.go, FillRuntimeCerts).
+	ServerTLSDir         = "/var/lib/rancher/k3s/server/tls"
+	EncryptionConfigPath = "/var/lib/rancher/k3s/server/cred/encryption-config.json"
+	KubeconfigPath       = "/etc/rancher/k3s/k3s.yaml"
+	RestartID            = "restart-k3s"
 )
 
 // Spec is what the k3s phase needs of mgmt.yaml for one server.
@@ -78,6 +83,11 @@ type VM struct {
 	Active bool
 	// Config is config.yaml as gathered (nil if absent).
 	Config []byte
+	// Initialised says k3s has run as a server here (its certificates
+	// directory exists); Encrypting that it holds the cluster's
+	// secrets-encryption config (EncryptionConfigPath), which k3s keeps
+	// on every server of a cluster that encrypts (EncryptSecrets).
+	Initialised, Encrypting bool
 	// Gate, when set (a server among several), is asked before k3s is
 	// restarted or upgraded here: an error stops the run before this
 	// server is touched.
@@ -151,7 +161,9 @@ func (v *VM) Gather(ctx context.Context) error {
 	res, err := remote.Batch(ctx, v.Host, true,
 		remote.K3sVersion().AsRoot(),
 		remote.ServiceActive("k3s").AsRoot(),
-		remote.FileContent(ConfigPath).AsRoot())
+		remote.FileContent(ConfigPath).AsRoot(),
+		remote.PathExists(ServerTLSDir).AsRoot(),
+		remote.PathExists(EncryptionConfigPath).AsRoot())
 	if err != nil {
 		return fmt.Errorf("read the k3s version: %w", err)
 	}
@@ -164,6 +176,7 @@ func (v *VM) Gather(ctx context.Context) error {
 	if res[2].ExitCode == 0 {
 		v.Config = res[2].Stdout
 	}
+	v.Initialised, v.Encrypting = res[3].ExitCode == 0, res[4].ExitCode == 0
 	return nil
 }
 

@@ -53,30 +53,31 @@ func TestRenderConfigGolden(t *testing.T) {
 	}
 }
 
-// TestEncryptSecrets: secrets-encryption is on for a cluster no server of
-// which has a config.yaml yet, and for one whose servers have it on; a
-// cluster k3s initialised without it keeps it off on every server, a
-// server that joins later included (k3s refuses a server whose setting
-// differs from the cluster's).
+// TestEncryptSecrets: secrets-encryption is on for a cluster none of
+// whose servers has run k3s yet, and for one whose servers hold k3s's
+// encryption config, whatever config.yaml says now (a hand edit that
+// dropped the key is put back, not followed); a cluster k3s initialised
+// without it keeps it off on every server, a server that joins later
+// included (k3s refuses a server whose setting differs from the cluster's).
 func TestEncryptSecrets(t *testing.T) {
-	on := RenderConfig(Spec{SecretsEncryption: true})
-	off := RenderConfig(Spec{})
+	const fresh, plain, encrypting = 0, 1, 2
 	for _, c := range []struct {
 		name    string
-		configs [][]byte
+		servers []int
 		want    bool
 	}{
-		{"a new cluster", [][]byte{nil, nil, nil}, true},
-		{"a new lone server", [][]byte{nil}, true},
-		{"an encrypted cluster", [][]byte{on, on, on}, true},
-		{"an encrypted cluster, a server to join", [][]byte{on, nil, on}, true},
-		{"a cluster without it", [][]byte{off}, false},
-		{"a cluster without it, a server to join", [][]byte{off, nil, nil}, false},
-		{"a config.yaml that is not YAML", [][]byte{[]byte("\t:")}, false},
+		{"a new cluster", []int{fresh, fresh, fresh}, true},
+		{"a new lone server", []int{fresh}, true},
+		{"an encrypting cluster", []int{encrypting, encrypting, encrypting}, true},
+		{"an encrypting cluster, a server to join", []int{encrypting, fresh, encrypting}, true},
+		{"a cluster without it", []int{plain}, false},
+		{"a cluster without it, servers to join", []int{plain, fresh, fresh}, false},
 	} {
 		var vms []*VM
-		for _, b := range c.configs {
-			vms = append(vms, &VM{Config: b})
+		for _, s := range c.servers {
+			// config.yaml says the opposite of the disk: it is not read.
+			vms = append(vms, &VM{Initialised: s != fresh, Encrypting: s == encrypting,
+				Config: RenderConfig(Spec{SecretsEncryption: s != encrypting})})
 		}
 		if got := EncryptSecrets(vms); got != c.want {
 			t.Errorf("%s: EncryptSecrets = %v, want %v", c.name, got, c.want)

@@ -54,6 +54,9 @@ func FileSHA256AndSize(path string) Query {
 // does not fit).
 func FileContent(path string) Query { return look("cat", "--", path) }
 
+// PathExists is test -e of a path: exit 0 when it exists, 1 when not.
+func PathExists(path string) Query { return look("test", "-e", path).Allow(1) }
+
 // FileModTime is a file's modification time, seconds with nanoseconds.
 func FileModTime(path string) Query { return look("stat", "-c", "%.9Y", "--", path) }
 

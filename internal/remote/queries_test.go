@@ -36,6 +36,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"ServiceStartedAt", ServiceStartedAt("k3s"), "systemctl show -p ActiveEnterTimestamp --value --timestamp=us+utc k3s"},
 		{"ServiceFileState", ServiceFileState("k3s"), "systemctl is-enabled k3s"},
 		{"ServiceStateUnder", ServiceStateUnder("/run/x.lock", "k3s"), "sh -c 'if [ -e \"$1\" ]; then\n  exec 9<\"$1\"\n  flock -s -w 120 9 || exit 75\nfi\nsystemctl is-active \"$2\"\nsystemctl is-enabled \"$2\"\nexit 0' sh /run/x.lock k3s"},
+		{"PathExists", PathExists("/var/lib/rancher/k3s/server/tls"), "test -e /var/lib/rancher/k3s/server/tls"},
 		{"PackageStatus", PackageStatus("qemu-guest-agent"), `dpkg-query -W '-f=${Status}' qemu-guest-agent`},
 		{"K3sVersion", K3sVersion(), "sh -c 'bin=$(command -v k3s) || exit 127\nif read -r v size mtime < \"$1\" 2>/dev/null && [ \"$(stat -L -c '\\''%s %.9Y'\\'' -- \"$bin\")\" = \"$size $mtime\" ]; then\n  echo \"k3s version $v\"\nelse\n  exec k3s --version\nfi' sh /var/lib/mgmtctl/k3s-version"},
 		{"CommandPath", CommandPath("k3s"), `sh -c 'command -v "$1"' sh k3s`},
