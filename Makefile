@@ -52,7 +52,7 @@ test-unit: vet
 # rolling change behind the quorum gate; TestHARestore: a restore, its
 # rejoins, a restore killed and redone) with mgmtctl built with Go's race
 # detector: a race it reports fails the test. Outside make test (which runs
-# the unit tests with -race): about 15 minutes on 2 cores.
+# the unit tests with -race).
 test-race-e2e:
 	@bash hack/build.sh all
 	@bash hack/build.sh race

@@ -37,7 +37,7 @@ flock 9
 # The first build's time, per set, measured on 2 cores with empty
 # Go caches (docs/testing.md).
 declare -A first_time=([lab]="about 4 minutes" [upstream]="about 2 minutes" [demo]="about 6 minutes"
-  [all]="about 6 minutes for the demo's part and a few more for the tests'" [race]="about 3 minutes")
+  [all]="about 6 minutes for the demo's part and a few more for the tests'" [race]="a few minutes")
 declare -A runs=([lab]="mgmtctl and the lab run" [upstream]="the lab's kubelet runs"
   [demo]="the demo runs" [all]="the demo and the tests run" [race]="make test-race-e2e runs")
 log=$(mktemp)
@@ -184,8 +184,8 @@ build_certmanager_older() { for v in $older; do build_certmanager "$v"; done; }
 # TestHARestore run it (MGMTCTL_E2E_RACE=1), where its Checks, dials and
 # waits run side by side; a data race there fails the test that met it
 # (GORACE's report files). Not in all: make test runs the unit tests with
-# -race, and the instrumented tool in two end-to-end tests made CI's run
-# of them fail and twice as long (docs/testing.md).
+# -race, and the instrumented tool, several times slower, only added to a
+# suite that was already CPU-bound (docs/testing.md).
 build_mgmtctl_race() { quiet "$root" "$GO" build -race -o "$bin/mgmtctl-race" ./cmd/mgmtctl; }
 build_versitygw() { install_bin versitygw "$root/lab/s3gw" -ldflags "$strip" github.com/versity/versitygw/cmd/versitygw; }
 

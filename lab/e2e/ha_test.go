@@ -44,8 +44,8 @@ func haEnv(t testing.TB, l *labtest.Lab) *env {
 // cluster of servers is where mgmtctl's Checks, dials and waits run side
 // by side, and those two cover a first apply, a rolling change behind the
 // quorum gate, a restore and its rejoins. Not in make test: the detector
-// makes the tool several times slower and heavier, and with it those two
-// tests failed in CI's loaded run of the suite, and doubled its time.
+// makes the tool several times slower and heavier, on a suite already
+// CPU-bound on 2 cores (docs/testing.md).
 func raceChecked(t testing.TB, plain string) string {
 	if os.Getenv("MGMTCTL_E2E_RACE") == "" {
 		return plain

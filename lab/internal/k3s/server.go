@@ -171,15 +171,16 @@ func Server(args []string, log io.Writer) error {
 	// else a new one (k3s pkg/daemons/control/deps/deps.go,
 	// genEncryptionConfigAndState, after the bootstrap reconcile).
 	var encryption string
+	store := !found // the disk's bootstrap files into the datastore
 	if cfg.SecretsEncryption {
 		encryption = filepath.Join(DataDir, encryptionConfigFile)
 		made, err := genEncryptionConfig(encryption)
 		if err != nil {
 			return err
 		}
-		// A key made here that the datastore's bootstrap data does not
-		// hold yet goes there, for the servers that join.
-		found = found && !made
+		// A key made here, which the datastore's bootstrap data does not
+		// hold yet, goes there for the servers that join.
+		store = store || made
 	}
 
 	ca, err := loadCAs(tls)
@@ -188,7 +189,7 @@ func Server(args []string, log io.Writer) error {
 	}
 	// The CAs and the service account key go into the datastore's
 	// bootstrap data, from which a joining server takes them.
-	if !found {
+	if store {
 		if err := storeBootstrap(bctx, token, DataDir); err != nil {
 			return err
 		}
@@ -205,8 +206,8 @@ func Server(args []string, log io.Writer) error {
 	apiArgs := apiServerArgs(tls, ip, saKey)
 	if encryption != "" {
 		// k3s pkg/daemons/control/server.go, apiServer(): with
-		// EncryptSecrets, encryption-provider-config (and its automatic
-		// reload, which k3s secrets-encrypt's rotation relies on).
+		// EncryptSecrets, encryption-provider-config and, in the newest
+		// version read, encryption-provider-config-automatic-reload.
 		apiArgs = append(apiArgs, "--encryption-provider-config="+encryption, "--encryption-provider-config-automatic-reload=true")
 	}
 	apiArgs = append(apiArgs, reportReleaseVersion(Version())...)
