@@ -28,7 +28,7 @@ type Server struct {
 	// then have one byte flipped, so their sha256 no longer matches.
 	Corrupt func() bool
 	// Reset reports whether the dropped-connection fault is on: a .img
-	// download then breaks halfway with a TCP reset.
+	// download (GET) then breaks halfway with a TCP reset.
 	Reset func() bool
 	// Releases serves k3s's install script and releases.
 	Releases *Releases
@@ -55,7 +55,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if strings.HasSuffix(p, ".img") && s.Reset != nil && s.Reset() {
+	// Only a GET is dropped: a HEAD (the preflight's) has no body to drop
+	// halfway, and resetting it raced the client's read of the headers,
+	// so the preflight failed instead of the download the fault is for.
+	if strings.HasSuffix(p, ".img") && r.Method == http.MethodGet && s.Reset != nil && s.Reset() {
 		resetHalfway(w, r, p, fi.Size())
 		return
 	}
