@@ -99,12 +99,14 @@ func TestBackupSteps(t *testing.T) {
 
 	// Restore carries out its plan.
 	rh := &remotetest.Host{HostName: "lab-mgmt-1"}
-	r := &Restore{V: &VM{Name: "lab-mgmt", Host: rh}, B: b, Snapshot: snap, Token: token}
+	hold := remote.File{Path: "/etc/rancher/k3s/config.yaml.d/hold.yaml", Content: []byte("disable-agent: true\n"), Mode: 0o600, Owner: "root:root", Sudo: true}
+	r := &Restore{V: &VM{Name: "lab-mgmt", Host: rh}, B: b, Snapshot: snap, Token: token, Hold: hold}
 	p, err := r.Check(ctx)
 	if err != nil || len(p.Changes) != 1 {
 		t.Fatalf("restore plan: %+v %v", p, err)
 	}
 	wantPlan := []string{"on lab-mgmt-1: write " + snapPath + " (10 bytes, 0600, root:root)", "on lab-mgmt-1: write " + restoreTokenPath + " (22 bytes, 0600, root:root)",
+		"on lab-mgmt-1: write " + hold.Path + " (20 bytes, 0600, root:root)",
 		"on lab-mgmt-1: restore etcd snapshot mgmtctl-lab-mgmt-1764752400 with k3s server --cluster-reset (as root)"}
 	if got := steptest.Effects(p); !reflect.DeepEqual(got, wantPlan) {
 		t.Errorf("restore plan:\n%q\nwant\n%q", got, wantPlan)
@@ -114,7 +116,7 @@ func TestBackupSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := remote.Script("", restoreScript, snapPath, restoreTokenPath)
-	if got := rh.Effects()[before:]; !reflect.DeepEqual(got, []string{"write " + snapPath, "write " + restoreTokenPath, "run " + run.String()}) {
+	if got := rh.Effects()[before:]; !reflect.DeepEqual(got, []string{"write " + snapPath, "write " + restoreTokenPath, "write " + hold.Path, "run " + run.String()}) {
 		t.Errorf("restore did %q", got)
 	}
 }
@@ -210,7 +212,8 @@ etcd-snapshot-lab-mgmt-1796300000        s3://k3s-snapshots/k3s/mgmt/cluster-ba9
 				}
 				return remote.Result{}, nil // k3s is installed
 			}}
-			r := &Restore{V: &VM{Name: "lab-mgmt", Host: h}, B: Backup{S3: tc.name}, Token: []byte("K10abc::server:secret"), Bucket: "k3s-snapshots", Folder: "k3s/mgmt"}
+			r := &Restore{V: &VM{Name: "lab-mgmt", Host: h}, B: Backup{S3: tc.name}, Token: []byte("K10abc::server:secret"), Bucket: "k3s-snapshots", Folder: "k3s/mgmt",
+				Hold: remote.File{Path: "/etc/rancher/k3s/config.yaml.d/hold.yaml", Content: []byte("disable-agent: true\n")}}
 			p, err := r.Check(context.Background())
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {

@@ -261,6 +261,9 @@ type Restore struct {
 	// Bucket and Folder are spec.backup.s3's, for B.S3: the snapshot is
 	// looked for under Folder, in every cluster's and server's folder.
 	Bucket, Folder string
+	// Hold is the config.yaml drop-in k3s starts from after the reset
+	// (k3s.HoldPath): held, no pod runs until the Clusters are paused.
+	Hold remote.File
 }
 
 var _ step.Step = (*Restore)(nil)
@@ -275,17 +278,22 @@ func (s *Restore) Host() string { return s.V.Name }
 // restore runs.
 const restoreTokenPath = "/var/lib/rancher/k3s/server/mgmtctl-restore-token"
 
-// restoreScript stops k3s, restores $1 under the token in $2, makes that
-// token the server's (k3s reads server/token when no token is configured,
-// and the restored bootstrap data opens only with the backup's), and
-// starts k3s again. The uploaded snapshot and token go whatever happens:
-// the laptop holds the backup.
+// restoreScript stops k3s and its pods, restores $1 under the token in
+// $2, makes that token the server's (k3s reads server/token when no token
+// is configured, and the restored bootstrap data opens only with the
+// backup's), and starts k3s again, held (Hold). The uploaded snapshot and
+// token go whatever happens: the laptop holds the backup. A pod's
+// containers outlive `systemctl stop k3s` (docs.k3s.io upgrades/killall:
+// "the K3s containers continue running when the K3s service is stopped";
+// k3s-killall.sh, which k3s's install script writes, stops them): a
+// provider's manager left running would act on the restored state at
+// once.
 const restoreScript = `set -eu
 snap=$1 tok=$2
 trap 'rm -f -- "$tok" "$snap"' EXIT
 # A signal ends the script through exit, so the EXIT trap still runs.
 trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
-systemctl stop k3s
+k3s-killall.sh
 k3s server --cluster-reset --etcd-s3=false --cluster-reset-restore-path="$snap" --token-file="$tok"
 install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token
 systemctl start k3s`
@@ -301,13 +309,17 @@ name=$1 tok=$2 folder=$3
 trap 'rm -f -- "$tok"' EXIT
 trap 'exit 143' TERM; trap 'exit 129' HUP; trap 'exit 130' INT
 ` + remote.K3sEnv + `
-systemctl stop k3s
+k3s-killall.sh
 k3s server --cluster-reset --cluster-reset-restore-path="$name" --etcd-s3-folder="$folder" --token-file="$tok"
 install -m 600 -o root -g root -- "$tok" /var/lib/rancher/k3s/server/token
 systemctl start k3s`
 
 // Check implements step.Step.
 func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
+	if s.Hold.Path == "" {
+		// A restore that would start k3s with its pods running.
+		return step.Plan{}, errors.New("restore: no hold to start k3s with (a bug: the restore phase sets it)")
+	}
 	res, err := s.V.Host.Look(ctx, remote.CommandPath("k3s"))
 	if err != nil {
 		return step.Plan{}, err
@@ -322,10 +334,11 @@ func (s *Restore) Check(ctx context.Context) (step.Plan, error) {
 	effects := []effect.Effect{
 		effect.Write{Host: s.V.conn(), File: remote.File{Path: snap, Content: s.Snapshot, Mode: 0o600, Owner: "root:root", Sudo: true}},
 		effect.Write{Host: s.V.conn(), File: remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}},
+		effect.Write{Host: s.V.conn(), File: s.Hold},
 		effect.Run{Host: s.V.conn(), Cmd: remote.Script("restore etcd snapshot "+s.B.Snapshot+" with k3s server --cluster-reset", restoreScript, snap, restoreTokenPath).AsRoot()},
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.V.Name, Action: step.Run,
-		Summary: fmt.Sprintf("restore snapshot %s (taken %s, %.1f MiB) on %s: k3s stops, its etcd is replaced, k3s starts from the snapshot",
+		Summary: fmt.Sprintf("restore snapshot %s (taken %s, %.1f MiB) on %s: k3s and its pods stop, its etcd is replaced, k3s starts from the snapshot, held (no pod runs) until the Clusters are paused",
 			s.B.Snapshot, s.B.Created.Format(time.RFC3339), float64(len(s.Snapshot))/(1<<20), s.V.Name),
 		Effects: effects}}}, nil
 }
@@ -365,10 +378,11 @@ func (s *Restore) checkS3(ctx context.Context) (step.Plan, error) {
 	f := found[0]
 	effects := []effect.Effect{
 		effect.Write{Host: s.V.conn(), File: remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}},
+		effect.Write{Host: s.V.conn(), File: s.Hold},
 		effect.Run{Host: s.V.conn(), Cmd: remote.Script("restore etcd snapshot "+s.B.S3+" from S3 with k3s server --cluster-reset", restoreS3Script, s.B.S3, restoreTokenPath, f.Dir).AsRoot()},
 	}
 	return step.Plan{Changes: []step.Change{{Target: s.V.Name, Action: step.Run,
-		Summary: fmt.Sprintf("restore snapshot %s (taken %s, %.1f MiB) from %s on %s: k3s stops, downloads it, its etcd is replaced, k3s starts from the snapshot",
+		Summary: fmt.Sprintf("restore snapshot %s (taken %s, %.1f MiB) from %s on %s: k3s and its pods stop, k3s downloads it, its etcd is replaced, k3s starts from the snapshot, held (no pod runs) until the Clusters are paused",
 			s.B.S3, f.Created.Format(time.RFC3339), float64(f.Size)/(1<<20), f.Location, s.V.Name),
 		Effects: effects}}}, nil
 }

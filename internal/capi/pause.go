@@ -173,10 +173,14 @@ func (s *Resume) Check(ctx context.Context) (step.Plan, error) {
 	return p, nil
 }
 
-// Hold marks the Clusters a restored snapshot holds paused for a backup
-// as held since this restore: no apply resumes them, only restore
-// --resume. It runs before the phases that follow a restore, whose apply
-// would otherwise resume them.
+// Hold holds every Cluster of a restored snapshot paused, until restore
+// --resume: those the snapshot holds paused for a backup are marked held
+// since this restore, and those it holds running (a snapshot k3s took on
+// its schedule, or one from before mgmtctl paused for backups) are paused
+// and marked so, before any provider's manager runs again (k3s.HoldPath).
+// A Cluster its owner paused is left as it is: its owner resumes it. It
+// runs before the phases that follow a restore, whose apply would
+// otherwise resume them.
 type Hold struct {
 	C      *Clusters
 	Backup string // the backup restored, for the annotation
@@ -197,17 +201,22 @@ func (s *Hold) Check(ctx context.Context) (step.Plan, error) {
 		return step.Plan{}, err
 	}
 	var p step.Plan
+	held := map[string]string{PausedByAnnotation: "true", HeldAnnotation: s.Backup}
 	for i := range all {
 		u := &all[i]
 		a := u.GetAnnotations()
-		if a[PausedByAnnotation] == "" || a[HeldAnnotation] != "" {
-			continue
+		switch {
+		case a[HeldAnnotation] != "":
+		case a[PausedByAnnotation] != "":
+			p.Changes = append(p.Changes, change(gvr, u, "hold Cluster "+ref(u)+" paused until mgmtctl restore --resume", pauseObject(gvr, u, held)))
+		case paused(u):
+			// Its owner's pause.
+		default:
+			p.Changes = append(p.Changes, change(gvr, u, "pause Cluster "+ref(u)+" and hold it so until mgmtctl restore --resume: the restored state is older than what Proxmox has", pauseObject(gvr, u, held)))
 		}
-		p.Changes = append(p.Changes, change(gvr, u, "hold Cluster "+ref(u)+" paused until mgmtctl restore --resume",
-			pauseObject(gvr, u, map[string]string{PausedByAnnotation: "true", HeldAnnotation: s.Backup})))
 	}
 	if len(p.Changes) == 0 {
-		p.Note = fmt.Sprintf("%d Cluster(s), none paused by mgmtctl's backup", len(all))
+		p.Note = fmt.Sprintf("%d Cluster(s), none to hold", len(all))
 	}
 	return p, nil
 }

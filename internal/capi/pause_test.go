@@ -56,7 +56,10 @@ func TestPauseResumeHold(t *testing.T) {
 		{&Resume{C: c}, []string{"resume Cluster default/left, paused for a backup"},
 			""},
 		{&Resume{C: c, Held: true}, []string{"resume Cluster default/held, held paused since the restore of 20261206T050000Z", "resume Cluster default/left, paused for a backup"}, ""},
-		{&Hold{C: c, Backup: "20261206T060000Z"}, []string{"hold Cluster default/left paused until mgmtctl restore --resume"}, ""},
+		// The restored running Cluster is paused and held too (a snapshot
+		// k3s took on its schedule pauses nothing); the owner's is left.
+		{&Hold{C: c, Backup: "20261206T060000Z"}, []string{"hold Cluster default/left paused until mgmtctl restore --resume",
+			"pause Cluster default/running and hold it so until mgmtctl restore --resume: the restored state is older than what Proxmox has"}, ""},
 	} {
 		p, err := tc.step.Check(ctx)
 		if err != nil || !reflect.DeepEqual(summaries(p), tc.want) {
@@ -75,6 +78,13 @@ func TestPauseResumeHold(t *testing.T) {
 	p, _ = (&Resume{C: c}).Check(ctx)
 	if a := p.Changes[0].Effects[0].(effect.Apply); a.Object.Object["spec"] != nil || a.Object.GetAnnotations() != nil || a.Object.GetName() != "left" {
 		t.Errorf("resume applies %v", a.Object.Object)
+	}
+	// The hold of a running Cluster pauses it with both annotations, so
+	// that restore --resume resumes it.
+	p, _ = (&Hold{C: c, Backup: "s3:etcd-snapshot-x"}).Check(ctx)
+	if a := p.Changes[1].Effects[0].(effect.Apply); a.Object.GetName() != "running" || a.Object.GetAnnotations()[HeldAnnotation] != "s3:etcd-snapshot-x" ||
+		a.Object.GetAnnotations()[PausedByAnnotation] != "true" || a.Object.Object["spec"].(map[string]any)["paused"] != true {
+		t.Errorf("hold applies %v", a.Object.Object)
 	}
 	// A Cluster a restore holds is only said by a plain resume.
 	if p, _ := (&Resume{C: c}).Check(ctx); p.Note == "" {

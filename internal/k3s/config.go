@@ -164,6 +164,9 @@ func (s *Config) Host() string { return s.V.Name() }
 
 // Check implements step.Step.
 func (s *Config) Check(ctx context.Context) (step.Plan, error) {
+	if s.V.Hold != nil {
+		return step.Plan{}, &HeldError{Server: s.V.Name(), Backup: HeldBy(s.V.Hold)}
+	}
 	p, err := s.V.filePlan(ctx, ConfigPath, s.V.config())
 	if err == nil && !s.V.Spec.SecretsEncryption {
 		p.Note = strings.TrimPrefix(p.Note+"; "+Unencrypted, "; ")

@@ -88,6 +88,9 @@ type VM struct {
 	// secrets-encryption config (EncryptionConfigPath), which k3s keeps
 	// on every server of a cluster that encrypts (EncryptSecrets).
 	Initialised, Encrypting bool
+	// Hold is HoldPath as gathered: a restore cut short holds this
+	// server (nil when none does).
+	Hold []byte
 	// Gate, when set (a server among several), is asked before k3s is
 	// restarted or upgraded here: an error stops the run before this
 	// server is touched.
@@ -163,7 +166,8 @@ func (v *VM) Gather(ctx context.Context) error {
 		remote.ServiceActive("k3s").AsRoot(),
 		remote.FileContent(ConfigPath).AsRoot(),
 		remote.PathExists(ServerTLSDir).AsRoot(),
-		remote.PathExists(EncryptionConfigPath).AsRoot())
+		remote.PathExists(EncryptionConfigPath).AsRoot(),
+		remote.FileContent(HoldPath).AsRoot())
 	if err != nil {
 		return fmt.Errorf("read the k3s version: %w", err)
 	}
@@ -177,6 +181,10 @@ func (v *VM) Gather(ctx context.Context) error {
 		v.Config = res[2].Stdout
 	}
 	v.Initialised, v.Encrypting = res[3].ExitCode == 0, res[4].ExitCode == 0
+	v.Hold = nil
+	if res[5].ExitCode == 0 {
+		v.Hold = res[5].Stdout
+	}
 	return nil
 }
 

@@ -131,11 +131,24 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 	for _, v := range vms[1:] {
 		steps = append(steps, &k3s.Stop{V: v})
 	}
-	reset := &backup.Restore{V: first, B: b, Snapshot: snapshot, Token: token}
+	// The restore held, from the reset until every Cluster is paused: k3s
+	// starts without its agent and its API server calls no webhook
+	// (k3s.HoldPath), the other servers stopped with their pods.
+	from, held := b.Dir, filepath.Base(b.Dir)
+	if b.S3 != "" {
+		from, held = "s3:"+b.S3, "s3:"+b.S3
+	}
+	reset := &backup.Restore{V: first, B: b, Snapshot: snapshot, Token: token,
+		Hold: remote.File{Path: k3s.HoldPath, Content: k3s.RenderHold(from), Mode: 0o600, Owner: "root:root", Sudo: true}}
 	if b3 := c.Spec.Backup.S3; b3 != nil {
 		reset.Bucket, reset.Folder = b3.Bucket, b3.Folder
 	}
-	steps = append(steps, reset)
+	// Every Cluster of the restored state paused and held until restore
+	// --resume, before the capi phase that follows, whose resume would
+	// otherwise take them for a backup's left-overs; then k3s restarted
+	// with its agent, its pods, the providers' managers among them, and,
+	// with a VIP, kube-vip, which the other servers join through.
+	steps = append(steps, reset, &capi.Hold{C: &capi.Clusters{Name: first.Name, API: a.API}, Backup: held}, &k3s.Release{V: vms[0]})
 	var rejoins []*k3s.Rejoin
 	if len(servers) > 1 {
 		if c.Spec.VIP.Addr.IsValid() {
@@ -154,14 +167,6 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 			return a.EtcdHealth(ctx, names)
 		}}, &k3s.StaleNodes{Name: first.Name, Servers: names, API: a.API})
 	}
-	// The Clusters the snapshot holds paused stay so until restore
-	// --resume: held before the capi phase that follows, whose resume
-	// would otherwise take them for a backup's left-overs.
-	held := filepath.Base(b.Dir)
-	if b.S3 != "" {
-		held = "s3:" + b.S3
-	}
-	steps = append(steps, &capi.Hold{C: &capi.Clusters{Name: first.Name, API: a.API}, Backup: held})
 	// What the restored Machines say against what Proxmox has now,
 	// reported before the user resumes the Clusters.
 	drift := &capi.Drift{Name: servers[0].Node, API: a.API, Node: func(ctx context.Context) (remote.Reader, error) {

@@ -81,6 +81,10 @@ func TestS3Restore(t *testing.T) {
 		t.Errorf("apply after S3: %s", got)
 	}
 
+	// Workload Clusters, one with Machines, running, and one its owner
+	// paused: a scheduled snapshot pauses none of them.
+	e.kubectlApply("machines", workloadMachines)
+	e.kubectlApply("clusters", workloadClusters)
 	// A marker, then a scheduled snapshot in S3 that holds it.
 	if r := e.viaVIP("create", "configmap", "in-s3", "--from-literal=k=v", "--from-literal=marker="+configMapMarker); !strings.Contains(r.Stdout, "created") {
 		t.Fatalf("marker: %+v", r)
@@ -181,7 +185,7 @@ func TestS3Restore(t *testing.T) {
 
 	out = run("restore from S3", "restore", "--from", "s3:"+snap, "--yes")
 	if got, want := strings.Join(phaseSteps(out, "restore"), " "),
-		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt hold-clusters@lab-mgmt machine-drift@pve1"; got != want {
+		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt hold-clusters@lab-mgmt release-hold@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt machine-drift@pve1"; got != want {
 		t.Errorf("restore's steps:\n got %s\nwant %s", got, want)
 	}
 	if !strings.Contains(out, "from s3://k3s-snapshots/lab-mgmt/cluster-"+cluster+"/lab-mgmt/"+snap) || !strings.Contains(out, "3 etcd members healthy") {
@@ -190,8 +194,28 @@ func TestS3Restore(t *testing.T) {
 	if v := e.viaVIP("get", "configmap", "in-s3", "-o", "jsonpath={.data.k}").Stdout; v != "v" {
 		t.Errorf("the marker after the restore: %q", v)
 	}
+	// Every Cluster the snapshot holds running wakes up paused and held,
+	// paused before any provider's manager started (k3s held without its
+	// agent until then); the owner's stays as it was.
+	if got, want := e.clusterPauses(), "lab1=true,s3:"+snap+" parked=true, workload=true,s3:"+snap; got != want {
+		t.Errorf("Clusters after the restore: %s, want %s", got, want)
+	}
+	if n := e.heldBeforeManagers(); n != 2 {
+		t.Errorf("%d Clusters held, want 2", n)
+	}
+	if !strings.Contains(out, "changed: [lab-mgmt] restore/release-hold: remove "+"/etc/rancher/k3s/config.yaml.d/90-mgmtctl-restore-hold.yaml") {
+		t.Errorf("the restore did not release its hold:\n%s", out)
+	}
+	r := e.apply()
+	if got := recap(t, r); !strings.Contains(got, "changed=0") || !strings.Contains(r.Stdout, "held paused since a restore") {
+		t.Errorf("apply after the restore: %s\n%s", got, r.Stdout)
+	}
+	run("restore --resume", "restore", "--resume")
+	if got := e.clusterPauses(); got != "lab1=<none>, parked=true, workload=<none>," {
+		t.Errorf("Clusters after restore --resume: %s", got)
+	}
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
-		t.Errorf("apply after the restore: %s", got)
+		t.Errorf("apply after restore --resume: %s", got)
 	}
 	// A name the bucket does not have is refused before k3s stops.
 	if r := e.mgmtctl("restore", "--from", "s3:etcd-snapshot-nowhere-1", "--yes"); r.Code != 1 || !strings.Contains(r.Stderr, "no snapshot etcd-snapshot-nowhere-1 in the bucket") {

@@ -3,11 +3,13 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBackupRestore is day two's main path: apply, a test object, backup;
@@ -122,6 +124,9 @@ func TestBackupRestore(t *testing.T) {
 	if got := e.clusterPauses(); got != "parked=true, workload=true,"+base {
 		t.Errorf("Clusters after the restore: %s", got)
 	}
+	if n := e.heldBeforeManagers(); n != 1 {
+		t.Errorf("%d Clusters held, want 1", n)
+	}
 	r = e.apply()
 	if got := recap(t, r); !strings.Contains(got, "changed=0") || !strings.Contains(r.Stdout, "Cluster default/workload held paused since a restore") {
 		t.Errorf("apply after the restore: %s\n%s", got, r.Stdout)
@@ -205,4 +210,82 @@ func (e *env) clusterPauses() string {
 		e.t.Fatalf("read the Clusters: %+v", r)
 	}
 	return strings.TrimSpace(strings.ReplaceAll(r.Stdout, "=,", "=<none>,"))
+}
+
+// heldBeforeManagers fails the test unless every Cluster a restore holds
+// was paused before any provider's manager started: the time mgmtctl's
+// field manager last applied the Cluster (its managedFields entry, the
+// pause and the hold) is no later than the start of every container of
+// the providers' pods (those the operator labels with
+// cluster.x-k8s.io/provider). A manager started before the pause could
+// have reconciled the restored state. It returns how many Clusters it
+// checked.
+func (e *env) heldBeforeManagers() int {
+	e.t.Helper()
+	var clusters, pods struct {
+		Items []struct {
+			Metadata struct {
+				Namespace, Name string
+				Annotations     map[string]string
+				ManagedFields   []struct {
+					Manager, Operation string
+					Time               time.Time
+				}
+			}
+			Status struct {
+				ContainerStatuses []struct {
+					Name  string
+					State struct {
+						Running *struct{ StartedAt time.Time }
+					}
+				}
+			}
+		}
+	}
+	for _, q := range []struct {
+		args []string
+		into any
+	}{
+		{[]string{"get", "clusters.cluster.x-k8s.io", "-A", "-o", "json", "--show-managed-fields"}, &clusters},
+		{[]string{"get", "pods", "-A", "-l", "cluster.x-k8s.io/provider", "-o", "json"}, &pods},
+	} {
+		r := e.adminKubectl(q.args...)
+		if err := json.Unmarshal([]byte(r.Stdout), q.into); r.Code != 0 || err != nil {
+			e.t.Fatalf("kubectl %v: %v %+v", q.args, err, r)
+		}
+	}
+	var paused time.Time // the last pause of a held Cluster
+	n := 0
+	for _, c := range clusters.Items {
+		if c.Metadata.Annotations["mgmtctl.io/held-since-restore"] == "" {
+			continue
+		}
+		n++
+		for _, m := range c.Metadata.ManagedFields {
+			if m.Manager == "mgmtctl" && m.Operation == "Apply" && m.Time.After(paused) {
+				paused = m.Time
+			}
+		}
+	}
+	if n > 0 && paused.IsZero() {
+		e.t.Fatalf("no Cluster held has mgmtctl's managedFields entry: %+v", clusters.Items)
+	}
+	started := 0
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			switch {
+			case cs.State.Running == nil:
+				e.t.Errorf("pod %s/%s: container %s not running", p.Metadata.Namespace, p.Metadata.Name, cs.Name)
+			case cs.State.Running.StartedAt.Before(paused):
+				e.t.Errorf("pod %s/%s: container %s started at %s, before the Clusters were held (%s)", p.Metadata.Namespace, p.Metadata.Name, cs.Name,
+					cs.State.Running.StartedAt.Format(time.RFC3339), paused.Format(time.RFC3339))
+			default:
+				started++
+			}
+		}
+	}
+	if started < 5 {
+		e.t.Errorf("%d provider containers running after the restore, want the five providers'", started)
+	}
+	return n
 }

@@ -180,7 +180,7 @@ func TestHARestore(t *testing.T) {
 	// k3s's procedure, in its order: the others stopped before the first
 	// is reset, then each rejoins.
 	if got, want := strings.Join(phaseSteps(r.Stdout, "restore"), " "),
-		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt hold-clusters@lab-mgmt machine-drift@pve1"; got != want {
+		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt hold-clusters@lab-mgmt release-hold@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt machine-drift@pve1"; got != want {
 		t.Errorf("restore's steps:\n got %s\nwant %s", got, want)
 	}
 	if !strings.Contains(r.Stdout, "3 etcd members healthy") || !strings.Contains(r.Stdout, "delete Node lab-mgmt-old") {
@@ -204,6 +204,7 @@ func TestHARestore(t *testing.T) {
 	if got := e.clusterPauses(); got != "lab1=true,"+filepath.Base(dirs[0]) {
 		t.Errorf("the restored Cluster: %s", got)
 	}
+	e.heldBeforeManagers()
 	if out := e.viaVIP("get", "configmap", "before-backup", "-o", "jsonpath={.data.k}").Stdout; out != "v" {
 		t.Errorf("the object is not back: %q", out)
 	}

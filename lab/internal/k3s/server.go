@@ -211,6 +211,7 @@ func Server(args []string, log io.Writer) error {
 		apiArgs = append(apiArgs, "--encryption-provider-config="+encryption, "--encryption-provider-config-automatic-reload=true")
 	}
 	apiArgs = append(apiArgs, reportReleaseVersion(Version())...)
+	apiArgs = withExtraArgs(apiArgs, cfg.APIServerArgs)
 	apiDone := make(chan int, 1)
 	go func() {
 		cmd := app.NewAPIServerCommand()
@@ -251,8 +252,13 @@ func Server(args []string, log io.Writer) error {
 	kl := &kubelet.Kubelet{CS: cs, Node: hostname, IP: ip, Version: Version(), Etcd: dir == etcdDir, LabDir: labDir(), CA: serverCA.CertPEM, Log: log,
 		Helm: &klipperhelm.Runner{LabDir: labDir()},
 		Net:  &podnet.Network{ClusterCIDR: netip.MustParsePrefix(clusterCIDR)}}
-	if err := kl.Register(ctx); err != nil {
-		return err
+	// disable-agent: no kubelet, so no pod runs here (k3s
+	// pkg/cli/server/server.go: agent.RunStandalone, with no container
+	// runtime). The Node a restored snapshot holds stays as it was.
+	if !cfg.DisableAgent {
+		if err := kl.Register(ctx); err != nil {
+			return err
+		}
 	}
 	// k3s's rolebindings.yaml: the API server may use the kubelets' API.
 	if err := kubeletAPIAdmin(ctx, cs); err != nil {
@@ -290,17 +296,21 @@ func Server(args []string, log io.Writer) error {
 		}
 	}
 	kubeletDone := make(chan struct{})
-	go func() {
-		defer close(kubeletDone)
-		kl.Run(ctx)
-	}()
-	clientPool := x509.NewCertPool()
-	clientPool.AddCert(clientCA.Cert)
-	go func() {
-		if err := kl.Serve(ctx, kubelet.Serving{Cert: certs.kubeletCert, Key: certs.kubeletKey, ClientCA: clientPool}); err != nil {
-			logf(log, "kubelet API: %v", err)
-		}
-	}()
+	if cfg.DisableAgent {
+		close(kubeletDone)
+	} else {
+		go func() {
+			defer close(kubeletDone)
+			kl.Run(ctx)
+		}()
+		clientPool := x509.NewCertPool()
+		clientPool.AddCert(clientCA.Cert)
+		go func() {
+			if err := kl.Serve(ctx, kubelet.Serving{Cert: certs.kubeletCert, Key: certs.kubeletKey, ClientCA: clientPool}); err != nil {
+				logf(log, "kubelet API: %v", err)
+			}
+		}()
+	}
 	logf(log, "k3s is up and running")
 	sdNotify("READY=1")
 	sig := make(chan os.Signal, 1)
@@ -434,6 +444,28 @@ func apiServerArgs(tls, ip, saKey string) []string {
 		// reaches webhook Services through their EndpointSlices.
 		"--enable-aggregator-routing=true",
 	}
+}
+
+// withExtraArgs is args with each of kube-apiserver-arg's "flag=value"
+// entries over the flag of that name, or added: k3s
+// pkg/daemons/config GetArgs, which lets a user's argument replace the
+// one k3s sets.
+func withExtraArgs(args, extra []string) []string {
+	out := append([]string(nil), args...)
+	for _, e := range extra {
+		e = "--" + strings.TrimPrefix(e, "--")
+		name, _, _ := strings.Cut(e, "=")
+		replaced := false
+		for i, a := range out {
+			if n, _, _ := strings.Cut(a, "="); n == name {
+				out[i], replaced = e, true
+			}
+		}
+		if !replaced {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // notifySocket is taken from the environment at start and removed from it:

@@ -67,3 +67,46 @@ func TestLoadConfigSnapshots(t *testing.T) {
 		t.Error("a retention that is no number was read")
 	}
 }
+
+// TestLoadConfigDropIns: config.yaml.d's files are read after
+// config.yaml, in name order, as k3s reads them: a key replaces the value
+// before it, a key suffixed "+" appends to it, and a file whose name ends
+// in neither .yaml nor .yml is not read.
+func TestLoadConfigDropIns(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "config.yaml")
+	os.WriteFile(p, []byte("node-ip: 192.0.2.50\nkube-apiserver-arg:\n  - audit-log-maxage=3\n"), 0o600)
+	os.Mkdir(p+".d", 0o755)
+	os.WriteFile(filepath.Join(p+".d", "50-hold.yaml"), []byte("disable-agent: true\nkube-apiserver-arg+:\n  - disable-admission-plugins=ValidatingAdmissionWebhook\n"), 0o600)
+	os.WriteFile(filepath.Join(p+".d", "10-ip.yml"), []byte("node-ip: 192.0.2.51\n"), 0o600)
+	os.WriteFile(filepath.Join(p+".d", "90-ignored.yaml.bak"), []byte("secrets-encryption: true\n"), 0o600)
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"audit-log-maxage=3", "disable-admission-plugins=ValidatingAdmissionWebhook"}
+	if c.NodeIP != "192.0.2.51" || !c.DisableAgent || !reflect.DeepEqual(c.APIServerArgs, want) || c.SecretsEncryption || len(c.Unknown) != 0 {
+		t.Errorf("%+v", c)
+	}
+	// Without "+", a later list replaces the earlier one.
+	os.WriteFile(filepath.Join(p+".d", "50-hold.yaml"), []byte("kube-apiserver-arg:\n  - disable-admission-plugins=ValidatingAdmissionWebhook\n"), 0o600)
+	if c, err := LoadConfig(p); err != nil || len(c.APIServerArgs) != 1 || c.DisableAgent {
+		t.Errorf("%+v, %v", c, err)
+	}
+	// Drop-ins alone, with no config.yaml.
+	os.Remove(p)
+	if c, err := LoadConfig(p); err != nil || c.NodeIP != "192.0.2.51" {
+		t.Errorf("%+v, %v", c, err)
+	}
+}
+
+// TestWithExtraArgs: kube-apiserver-arg replaces the flag k3s sets or
+// adds one it does not.
+func TestWithExtraArgs(t *testing.T) {
+	got := withExtraArgs([]string{"--enable-admission-plugins=NodeRestriction", "--profiling=false"},
+		[]string{"profiling=true", "--disable-admission-plugins=MutatingAdmissionWebhook"})
+	want := []string{"--enable-admission-plugins=NodeRestriction", "--profiling=true", "--disable-admission-plugins=MutatingAdmissionWebhook"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%q, want %q", got, want)
+	}
+}

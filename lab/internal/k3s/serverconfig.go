@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,14 @@ type Config struct {
 	DisableSnapshots  bool   `json:"etcd-disable-snapshots"`
 	// SecretsEncryption is k3s's secrets-encryption (encryption.go).
 	SecretsEncryption bool `json:"secrets-encryption"`
+	// DisableAgent is k3s's hidden disable-agent: the server runs no
+	// kubelet, so no pod runs on it (k3s pkg/cli/server/server.go: with
+	// DisableAgent, agent.RunStandalone with the container runtime
+	// endpoint /dev/null instead of agent.Run).
+	DisableAgent bool `json:"disable-agent"`
+	// APIServerArgs are kube-apiserver-arg's "flag=value" entries, each
+	// over the flag k3s sets itself or added (apiServerArgs).
+	APIServerArgs []string `json:"kube-apiserver-arg"`
 	// S3 is where snapshots go off-site (s3.go).
 	S3 S3Config `json:"-"`
 	// Unknown are the keys k3s has no flag for, in file order.
@@ -75,7 +84,8 @@ private-registry system-default-registry node-ip node-external-ip node-internal-
 node-external-dns resolv-conf flannel-iface flannel-conf flannel-cni-conf-dir flannel-cni-conf
 vpn-auth vpn-auth-file kubelet-arg kube-proxy-arg protect-kernel-defaults secrets-encryption
 secrets-encryption-provider enable-pprof rootless prefer-bundled-bin selinux lb-server-port
-disable-apiserver disable-controller-manager disable-etcd kube-apiserver-arg airgap-extra-registry`)
+disable-apiserver disable-controller-manager disable-etcd kube-apiserver-arg airgap-extra-registry
+disable-agent`) // the last: hidden flags
 
 func knownServerFlag(key string) bool {
 	key = strings.TrimSuffix(key, "+")
@@ -87,20 +97,51 @@ func knownServerFlag(key string) bool {
 	return false
 }
 
-// LoadConfig reads config.yaml; repeatable flags accept a list or a
-// single string, as k3s does.
+// LoadConfig reads config.yaml, then each file of config.yaml.d whose
+// name ends in .yaml or .yml, in name order, as k3s does (k3s
+// pkg/configfilearg/parser.go, readConfigFile and dotDFiles): a key in a
+// later file replaces the earlier value, and a key suffixed "+" appends
+// to it. Repeatable flags accept a list or a single string.
 func LoadConfig(path string) (Config, error) {
 	var c Config
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return c, nil
-	}
-	if err != nil {
+	files := []string{path}
+	if ents, err := os.ReadDir(path + ".d"); err == nil {
+		for _, e := range ents {
+			n := strings.ToLower(e.Name())
+			if !e.IsDir() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				files = append(files, filepath.Join(path+".d", e.Name()))
+			}
+		}
+	} else if !os.IsNotExist(err) {
 		return c, err
 	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return c, fmt.Errorf("parse %s: %w", path, err)
+	raw := map[string]any{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if os.IsNotExist(err) && f == path {
+			continue
+		}
+		if err != nil {
+			return c, err
+		}
+		var one map[string]any
+		if err := yaml.Unmarshal(b, &one); err != nil {
+			return c, fmt.Errorf("parse %s: %w", f, err)
+		}
+		for k, v := range one {
+			key, add := strings.CutSuffix(k, "+")
+			if old, ok := raw[key]; ok && add {
+				v = append(toSlice(old), toSlice(v)...)
+			}
+			raw[key] = v
+		}
+	}
+	if len(raw) == 0 {
+		return c, nil
+	}
+	b, err := yaml.Marshal(raw)
+	if err != nil {
+		return c, err
 	}
 	list := func(v any) []string {
 		switch t := v.(type) {
@@ -151,6 +192,12 @@ func LoadConfig(path string) (Config, error) {
 	if v, ok := raw["secrets-encryption"]; ok {
 		c.SecretsEncryption = fmt.Sprint(v) == "true"
 	}
+	if v, ok := raw["disable-agent"]; ok {
+		c.DisableAgent = fmt.Sprint(v) == "true"
+	}
+	for _, a := range toSlice(raw["kube-apiserver-arg"]) {
+		c.APIServerArgs = append(c.APIServerArgs, fmt.Sprint(a))
+	}
 	if err := yaml.Unmarshal(b, &c.S3); err != nil {
 		return c, fmt.Errorf("parse %s: etcd-s3: %w", path, err)
 	}
@@ -178,6 +225,22 @@ func LoadConfig(path string) (Config, error) {
 	}
 	sort.Strings(c.Unknown)
 	return c, nil
+}
+
+// toSlice is a value as a list: k3s's toSlice (pkg/configfilearg).
+func toSlice(v any) []any {
+	switch t := v.(type) {
+	case nil:
+		return nil
+	case []any:
+		return t
+	case string:
+		return []any{t}
+	}
+	if s := strings.TrimSpace(fmt.Sprint(v)); s != "" {
+		return []any{s}
+	}
+	return nil
 }
 
 // serverFlags are the command-line flags of `k3s server` the lab reads;
