@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -357,6 +358,9 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if err := knownSkips(o.Preflight(s, all, &preflight.Released{}), f.skipPreflight); err != nil {
+		return usageError{err}
+	}
 	for _, p := range selected {
 		if p.Tag == step.TagCAPI {
 			if err := l.RequireSecret(); err != nil {
@@ -536,4 +540,22 @@ func newVersion(o *Options) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// knownSkips refuses a --skip-preflight name that no check of a whole run
+// has (checks), before the first connection: a misspelt name would
+// otherwise skip nothing, silently. "all" skips every check, and
+// "prerequisites" is the check a run of later phases alone adds.
+func knownSkips(checks []preflight.Check, skip []string) error {
+	known := []string{"all", "prerequisites"}
+	for _, c := range checks {
+		known = append(known, c.Name)
+	}
+	for _, n := range skip {
+		if !slices.Contains(known, n) {
+			slices.Sort(known)
+			return fmt.Errorf("--skip-preflight %s: no preflight check has that name (mgmtctl preflight runs them: %s)", n, strings.Join(known, ", "))
+		}
+	}
+	return nil
 }

@@ -581,3 +581,33 @@ func TestProxmoxRoleCommand(t *testing.T) {
 		t.Errorf("json %+v, %v:\n%s", got, err, e.out.String())
 	}
 }
+
+// TestSkipPreflightNamesAreChecked: a --skip-preflight name no check has
+// is a usage error before any connection (a typo skipped nothing,
+// silently); a name a check has, "all" and "prerequisites" pass.
+func TestSkipPreflightNamesAreChecked(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.writeConfig("192.0.2.10", nil)
+	if code := e.run("apply", "--skip-preflight", "k3s-relase", "-c", cfg); code != ExitUsage ||
+		!strings.Contains(e.err.String(), "--skip-preflight k3s-relase: no preflight check has that name") || !strings.Contains(e.err.String(), "k3s-release") {
+		t.Errorf("a misspelt name: exit %d\n%s", code, e.err.String())
+	}
+	if _, err := os.Stat(filepath.Join(e.home, ".cache", "mgmtctl", "runs")); err == nil {
+		t.Error("a refused apply opened a debug log")
+	}
+	checks := []preflight.Check{{Name: "image"}, {Name: "k3s-release"}}
+	for _, tc := range []struct {
+		skip []string
+		ok   bool
+	}{
+		{nil, true},
+		{[]string{"image", "k3s-release"}, true},
+		{[]string{"all"}, true},
+		{[]string{"prerequisites"}, true},
+		{[]string{"image", "imgae"}, false},
+	} {
+		if err := knownSkips(checks, tc.skip); (err == nil) != tc.ok {
+			t.Errorf("%q: %v", tc.skip, err)
+		}
+	}
+}
