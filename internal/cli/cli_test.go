@@ -611,3 +611,18 @@ func TestSkipPreflightNamesAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestPreflightHelpSaysItsExitCodes: preflight's help names every exit
+// code it has (README, "Exit codes"), 4 among them.
+func TestPreflightHelpSaysItsExitCodes(t *testing.T) {
+	e := newEnv(t)
+	if code := e.run("preflight", "--help"); code != 0 {
+		t.Fatalf("exit %d\n%s", code, e.err.String())
+	}
+	help := strings.Join(strings.Fields(e.out.String()), " ")
+	for _, want := range []string{"Exit 0 when all pass", "1 when one fails", "2 for invalid config or usage", "4 when a host cannot be reached"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("preflight --help lacks %q:\n%s", want, e.out.String())
+		}
+	}
+}

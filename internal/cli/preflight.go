@@ -86,7 +86,8 @@ func newPreflight(g *global, o *Options) *cobra.Command {
 			"installer, the charts' versions in their repositories) and that the phases before them have\n" +
 			"done their part (a VM that exists and runs, k3s installed). The checks run side by side and\n" +
 			"read only; a file found once is remembered in ~/.cache/mgmtctl/released.json. apply runs\n" +
-			"them itself before its first change. Exit 0 when all pass, 1 when one fails.",
+			"them itself before its first change. Exit 0 when all pass, 1 when one fails, 2 for invalid\n" +
+			"config or usage, 4 when a host cannot be reached or its host key is refused.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, err := newRun(g, o)
