@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/mgmtctl/mgmtctl/internal/phase"
@@ -25,7 +27,9 @@ func newUpgrade(g *global, o *Options) *cobra.Command {
 			"do, in apply's order; what a k3s bump does (one server at a time behind the quorum gate,\n" +
 			"one minor version at a time: a downgrade or a skipped minor is refused); and whether the\n" +
 			"pinned providers' contracts agree, as clusterctl checks them. It changes nothing.\n" +
-			"Edit the pins in mgmt.yaml, run it again, then apply. -o json for scripts.",
+			"Edit the pins in mgmt.yaml, run it again, then apply. -o json for scripts. Exit 0 when apply\n" +
+			"can take every pin, 1 when it would refuse one (or the plan could not be read), 2 for\n" +
+			"invalid config or usage, 4 when a host cannot be reached or its host key is refused.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, err := newRun(g, o)
@@ -41,10 +45,21 @@ func newUpgrade(g *global, o *Options) *cobra.Command {
 			if err != nil {
 				return r.fail(err)
 			}
+			write := upgrade.WriteText
 			if g.output == "json" {
-				return upgrade.WriteJSON(o.Out, p)
+				write = upgrade.WriteJSON
 			}
-			return upgrade.WriteText(o.Out, p)
+			if err := write(o.Out, p); err != nil {
+				return err
+			}
+			// A pin apply would refuse is a failure a script sees in the
+			// exit code, not only in the table.
+			if n := p.Refusals(); n > 0 {
+				err := fmt.Errorf("apply would refuse %d of these pins (refused above): change them in mgmt.yaml before apply", n)
+				fmt.Fprintf(o.Err, "error: %s\n", err)
+				return reported{err}
+			}
+			return nil
 		},
 	})
 	return cmd

@@ -75,10 +75,13 @@ func TestUpgradePlan(t *testing.T) {
 		t.Errorf("upgrade plan after apply:\n%s", r.Stdout)
 	}
 
-	// A downgrade is shown refused, as apply refuses it.
 	e.editConfig("version: v1.35.8+k3s1", "version: v1.34.10+k3s1")
+	// A downgrade is shown refused, as apply refuses it, and upgrade plan
+	// exits 1 for it.
 	r = e.mgmtctl("upgrade", "plan")
-	mustSucceed(t, r, "upgrade plan with a downgrade")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "apply would refuse 1 of these pins") {
+		t.Errorf("upgrade plan with a downgrade: exit %d\n%s", r.Code, r.Stderr)
+	}
 	if !regexp.MustCompile(`(?m)^k3s\s+v1\.35\.8\+k3s1\s+v1\.34\.10\+k3s1\s+v1\.34\.10\+k3s1\s+refused$`).MatchString(r.Stdout) || !strings.Contains(r.Stdout, "refuse the k3s pin before anything changes") {
 		t.Errorf("upgrade plan with a downgrade:\n%s", r.Stdout)
 	}
