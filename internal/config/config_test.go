@@ -489,8 +489,8 @@ func TestServers(t *testing.T) {
 	if got := strings.Join(names, " "); got != "lab-mgmt@pve1=192.0.2.50 lab-mgmt-2@pve2=192.0.2.51 lab-mgmt-3@pve3=192.0.2.52" {
 		t.Errorf("servers: %s", got)
 	}
-	if !l.HA() || l.APIAddr() != netip.MustParseAddr("192.0.2.60") || l.Cluster.Spec.Proxmox.APIURL != "https://192.0.2.10:8006" {
-		t.Errorf("HA %v, API %v, Proxmox API %s", l.HA(), l.APIAddr(), l.Cluster.Spec.Proxmox.APIURL)
+	if len(l.Servers()) != 3 || l.APIAddr() != netip.MustParseAddr("192.0.2.60") || l.Cluster.Spec.Proxmox.APIURL != "https://192.0.2.10:8006" {
+		t.Errorf("servers %d, API %v, Proxmox API %s", len(l.Servers()), l.APIAddr(), l.Cluster.Spec.Proxmox.APIURL)
 	}
 	v := l.Cluster.Spec.VIP
 	if v.Interface != "eth0" || v.Image != DefaultKubeVIPImage || v.Version != DefaultKubeVIPVersion {
@@ -502,7 +502,7 @@ func TestServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := one.Servers(); len(s) != 1 || s[0].Name != "lab-mgmt" || s[0].Node != "pve" || s[0].ID != 110 || one.HA() || one.APIAddr() != netip.MustParseAddr("192.0.2.50") {
+	if s := one.Servers(); len(s) != 1 || s[0].Name != "lab-mgmt" || s[0].Node != "pve" || s[0].ID != 110 || one.APIAddr() != netip.MustParseAddr("192.0.2.50") {
 		t.Errorf("single server: %+v", s)
 	}
 }

@@ -195,9 +195,6 @@ func (l *Loaded) Servers() []Server {
 		ID: s.VM.ID, Address: s.VM.Address, Net: s.VM.Net}}
 }
 
-// HA says the cluster has more than one server.
-func (l *Loaded) HA() bool { return len(l.Cluster.Spec.Servers) > 1 }
-
 // APIAddr is the address the laptop, the kubeconfigs and CAPMOX reach the
 // cluster's API at: the VIP when there is one, else the server's address.
 func (l *Loaded) APIAddr() netip.Addr {

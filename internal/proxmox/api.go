@@ -62,14 +62,6 @@ func (n *Node) imageSource() string {
 	return n.ImagePath()
 }
 
-// imageName is the image as the plan names it.
-func (n *Node) imageName() string {
-	if n.API != nil {
-		return n.ImageVolID()
-	}
-	return n.ImagePath()
-}
-
 // vmPath is the VM's API path.
 func (n *Node) vmPath() string { return pve.VMPath(n.Spec.Node, n.Spec.VMID) }
 

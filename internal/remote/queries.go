@@ -21,9 +21,6 @@ func GuestHostKey(vmid, keyType string) Query {
 	return look("qm", "guest", "exec", vmid, "--", "cat", HostKeyFile(keyType)).Allow(2, 255)
 }
 
-// FileSHA256 is sha256sum of a file.
-func FileSHA256(path string) Query { return look("sha256sum", "--", path) }
-
 // VerifiedSHA256 is a file's sha256, taken from the record a verified
 // download left beside it (SHA256Record: the sum, the size and the
 // modification time it had then) while the file's size and modification
