@@ -55,9 +55,7 @@ func newUpgrade(g *global, o *Options) *cobra.Command {
 			// A pin apply would refuse is a failure a script sees in the
 			// exit code, not only in the table.
 			if n := p.Refusals(); n > 0 {
-				err := fmt.Errorf("apply would refuse %d of these pins (refused above): change them in mgmt.yaml before apply", n)
-				fmt.Fprintf(o.Err, "error: %s\n", err)
-				return reported{err}
+				return r.fail(fmt.Errorf("apply would refuse %d of these pins (refused above): change them in mgmt.yaml before apply", n))
 			}
 			return nil
 		},

@@ -62,13 +62,13 @@ const RestoreLock = "/run/mgmtctl-restore.lock"
 // the next boot.
 const MaskedRuntime = "masked-runtime"
 
-// holdScript masks k3s and stops it, under RestoreLock ($1), then its
+// stopScript masks k3s and stops it, under RestoreLock ($1), then its
 // pods: their containers outlive the service (docs.k3s.io
 // upgrades/killall), and a provider's manager running here would act on
 // the restored state as soon as the first server serves it.
 // k3s-killall.sh (k3s's install script writes it) stops k3s again, which
 // a masked unit allows.
-const holdScript = `exec 9>>"$1"
+const stopScript = `exec 9>>"$1"
 flock -w 120 9 || exit 75
 systemctl mask --runtime --now k3s
 exec k3s-killall.sh`
@@ -95,7 +95,7 @@ func (s *Stop) Check(ctx context.Context) (step.Plan, error) {
 		summary = "stop k3s (" + state + ") and mask it until it rejoins"
 	}
 	return step.Plan{Changes: []step.Change{{Target: "k3s.service", Action: step.Run, Summary: summary,
-		Effects: []effect.Effect{s.V.run(remote.Script("systemctl mask --runtime --now k3s; k3s-killall.sh", holdScript, RestoreLock).AsRoot())}}}}, nil
+		Effects: []effect.Effect{s.V.run(remote.Script("systemctl mask --runtime --now k3s; k3s-killall.sh", stopScript, RestoreLock).AsRoot())}}}}, nil
 }
 
 // Rejoin moves a server's etcd data aside and starts k3s there, so that

@@ -51,7 +51,7 @@ func TestStop(t *testing.T) {
 			t.Errorf("%s/%s: plan %+v", tc.state, tc.file, p)
 		}
 		if tc.acts {
-			if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h)); err != nil || len(h.Ran()) != 2 || !strings.HasSuffix(strings.Join(h.Ran()[1].Args, " "), holdScript+" sh "+RestoreLock) {
+			if err := step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h)); err != nil || len(h.Ran()) != 2 || !strings.HasSuffix(strings.Join(h.Ran()[1].Args, " "), stopScript+" sh "+RestoreLock) {
 				t.Errorf("%s/%s: apply %v, ran %v", tc.state, tc.file, err, h.Effects())
 			}
 		}
