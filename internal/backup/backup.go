@@ -89,6 +89,33 @@ type InBucket struct {
 	Cluster string
 }
 
+// FindInBucket is snapshot name in bucket under folder, as k3s on host
+// (its name, for the message) lists it: an error when the bucket does not
+// have it, or has it in more than one folder.
+func FindInBucket(ctx context.Context, h remote.Reader, host, bucket, folder, name string) (InBucket, error) {
+	inBucket, err := ListBucket(ctx, h, bucket, folder)
+	if err != nil {
+		return InBucket{}, fmt.Errorf("list the snapshots in S3 from %s: %w", host, err)
+	}
+	var found []InBucket
+	for _, sn := range inBucket {
+		if sn.Name == name {
+			found = append(found, sn)
+		}
+	}
+	switch {
+	case len(found) == 0:
+		return InBucket{}, fmt.Errorf("no snapshot %s in the bucket of spec.backup.s3 (as k3s on %s lists it): mgmtctl backup --list shows the snapshots there", name, host)
+	case len(found) > 1:
+		var where []string
+		for _, f := range found {
+			where = append(where, f.Location)
+		}
+		return InBucket{}, fmt.Errorf("snapshot %s is in %d folders of the bucket (%s): move or delete all but the one to restore", name, len(found), strings.Join(where, ", "))
+	}
+	return found[0], nil
+}
+
 // ListBucket lists the snapshots in bucket under folder as k3s on h
 // lists them (EtcdSnapshotsUnder: every cluster's and server's folder,
 // and the layout before them): the laptop itself never speaks to S3.

@@ -349,33 +349,18 @@ func exists(p string) bool {
 }
 
 // checkS3 plans the restore of the bucket's snapshot B.S3, once the
-// server's k3s lists it there: a name the bucket does not have is refused
-// before k3s stops.
+// server's k3s lists it there. A name the bucket does not have is refused
+// before any server's k3s stops: by the restore phase's Prepare, which
+// looks before the other servers' Stop steps, and here again, at the
+// step's turn, on what the bucket holds then.
 func (s *Restore) checkS3(ctx context.Context) (step.Plan, error) {
-	inBucket, err := ListBucket(ctx, s.V.Host, s.Bucket, s.Folder)
+	f, err := FindInBucket(ctx, s.V.Host, s.V.Name, s.Bucket, s.Folder, s.B.S3)
 	if err != nil {
-		return step.Plan{}, fmt.Errorf("list the snapshots in S3 from %s: %w", s.V.Name, err)
-	}
-	var found []InBucket
-	for _, sn := range inBucket {
-		if sn.Name == s.B.S3 {
-			found = append(found, sn)
-		}
-	}
-	switch {
-	case len(found) == 0:
-		return step.Plan{}, fmt.Errorf("no snapshot %s in the bucket of spec.backup.s3 (as k3s on %s lists it): mgmtctl backup --list shows the snapshots there", s.B.S3, s.V.Name)
-	case len(found) > 1:
-		var where []string
-		for _, f := range found {
-			where = append(where, f.Location)
-		}
-		return step.Plan{}, fmt.Errorf("snapshot %s is in %d folders of the bucket (%s): move or delete all but the one to restore", s.B.S3, len(found), strings.Join(where, ", "))
+		return step.Plan{}, err
 	}
 	if len(s.Token) == 0 {
 		return step.Plan{}, fmt.Errorf("no cluster token on %s to restore under: a snapshot in S3 restores onto the cluster that took it (restore a laptop backup, which holds its token, onto a new one)", s.V.Name)
 	}
-	f := found[0]
 	effects := []effect.Effect{
 		effect.Write{Host: s.V.conn(), File: remote.File{Path: restoreTokenPath, Content: append(append([]byte{}, s.Token...), '\n'), Mode: 0o600, Owner: "root:root", Sudo: true}},
 		effect.Write{Host: s.V.conn(), File: s.Hold},

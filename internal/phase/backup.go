@@ -198,6 +198,12 @@ func Restore(s *session.Session, b backup.Backup, snapshot, token []byte) []step
 				}
 			}
 			if b.S3 != "" {
+				// A snapshot the bucket does not have is refused here,
+				// before the first step stops any server's k3s: stopping
+				// two servers of three takes etcd's quorum with them.
+				if _, err := backup.FindInBucket(ctx, first.Host, first.Name, reset.Bucket, reset.Folder, b.S3); err != nil {
+					return first.Name, err
+				}
 				tok, err := s3Token(ctx, s, first, b.S3)
 				if err != nil {
 					return first.Name, err
