@@ -40,21 +40,26 @@ export PARALLEL
 # Go's race detector (test-race-e2e, below): a data race in the checks
 # run side by side fails them. go test's own vet is off: make vet, which
 # test depends on, has run every analyzer of go vet on every package.
+# The lab's test binaries are linked without their symbol table and DWARF
+# (-s -w, as the lab's binaries are): a test binary is linked on every
+# run, and a dozen of them hold Kubernetes' libraries. MGMTCTL_BIN_BUILT
+# tells the lab's tests that bin/ was just brought up to date (labtest).
 test: vet
 	@[ "$$(id -u)" = 0 ] || { echo "make test runs the lab's tests, which need root: run hack/install-deps.sh as root, then make test as root (make test-unit runs the unit tests alone)" >&2; exit 1; }
 	@bash hack/build.sh all
 	@bash hack/build.sh race
 	$(GO) test -race -vet=off -count=1 ./...
-	cd lab && MGMTCTL_E2E_RACE=1 $(GO) test -vet=off -count=1 -timeout 60m -parallel $(PARALLEL) ./...
+	cd lab && MGMTCTL_BIN_BUILT=$(CURDIR) MGMTCTL_E2E_RACE=1 $(GO) test -vet=off -ldflags='-s -w' -count=1 -timeout 60m -parallel $(PARALLEL) ./...
 
 # The unit tests alone (-short: every test that needs a lab skips).
 test-unit: vet
 	$(GO) test -count=1 -short ./...
 	cd lab && $(GO) test -count=1 -short ./...
 
-# The end-to-end tests of a cluster of servers (TestHA: a first apply, a
-# rolling change behind the quorum gate; TestHARestore: a restore, its
-# rejoins, a restore killed and redone) with mgmtctl built with Go's race
+# The end-to-end tests of a cluster of servers (TestHA: a first apply, the
+# build of the haBackedUp template they both start from, a rolling change
+# behind the quorum gate; TestHARestore: restores from S3 and from the
+# laptop, their rejoins, a restore killed and redone) with mgmtctl built with Go's race
 # detector: a race it reports fails the test. make test runs them so too,
 # beside the others; this runs them alone.
 test-race-e2e:

@@ -14,24 +14,43 @@ import (
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
-// TestS3Restore is disaster recovery from a snapshot k3s's schedule put
-// in S3, for a cluster of three servers: spec.backup.s3 with the keys in
-// secrets.yaml turns on k3s's etcd-s3 on every server (the keys in its
-// environment file, one server restarted at a time) and the laptop keeps
-// the cluster's token; k3s uploads a snapshot to the lab's S3
-// (versitygw) and backup --list shows it; every server is destroyed and
-// a new cluster (a new token) made; a restore from the snapshot, under
-// the old cluster's token, brings the object back with three healthy
-// members; apply then changes nothing. Each server uploads to a folder of
-// its own under its cluster's, where k3s's retention (etcd-s3-retention,
-// per folder) keeps 2 per server, and the cluster built after the
-// disaster, its schedule as frequent, prunes none of the old cluster's
-// snapshots. The S3 secret key is in no output,
+// TestHARestore is disaster recovery for a cluster of three servers,
+// onto VMs destroyed and re-created, from both kinds of snapshot: one
+// k3s's schedule put in S3 and one `mgmtctl backup` took to the laptop.
+// One test, as one lab: a restore of three servers needs a converged
+// cluster destroyed and three fresh servers applied, which is most of
+// its time (docs/testing.md).
+//
+// From S3: spec.backup.s3 with the keys in secrets.yaml turns on k3s's
+// etcd-s3 on every server (the keys in its environment file, one server
+// restarted at a time) and the laptop keeps the cluster's token; k3s
+// uploads a snapshot to the lab's S3 (versitygw) and backup --list shows
+// it; every server is destroyed and a new cluster (a new token) made; a
+// restore from the snapshot, under the old cluster's token, brings the
+// object back with three healthy members, every running Cluster held
+// paused before any provider's manager started; apply then changes
+// nothing. Each server uploads to a folder of its own under its
+// cluster's, where k3s's retention (etcd-s3-retention, per folder) keeps
+// 2 per server, and the cluster built after the disaster, its schedule
+// as frequent, prunes none of the old cluster's snapshots.
+//
+// From the laptop: a restore killed half-way is completed by the next,
+// which follows k3s's procedure (k3s stopped on the others, the first
+// reset from the snapshot, the others' etcd data moved aside and each
+// rejoined) and leaves three healthy members, the objects back, the
+// removed server's Node gone, the Machines' drift reported and the
+// providers Ready; the next apply changes nothing.
+//
+// No output holds the cluster token; the S3 secret key is in no output,
 // no laptop file but secrets.yaml, no debug log, no process's arguments,
 // and no config.yaml.
-func TestS3Restore(t *testing.T) {
+func TestHARestore(t *testing.T) {
 	t.Parallel()
+	// Three servers converged with the test object (before-backup) made:
+	// a copy of the template TestHA starts from too, whose own backup
+	// this test leaves aside.
 	e := haEnv(t, haBackedUp.Start(t))
+	e.bin = raceChecked(t, e.bin)
 	creds, err := os.ReadFile(e.S3CredentialsPath())
 	if err != nil {
 		t.Fatal(err)
@@ -82,9 +101,34 @@ func TestS3Restore(t *testing.T) {
 	}
 
 	// Workload Clusters, one with Machines, running, and one its owner
-	// paused: a scheduled snapshot pauses none of them.
+	// paused: a scheduled snapshot pauses none of them. The Machines'
+	// VMs, as CAPMOX made them on two nodes; a server's Node since
+	// removed.
 	e.kubectlApply("machines", workloadMachines)
 	e.kubectlApply("clusters", workloadClusters)
+	e.kubectlApply("stale-node", staleServer)
+	for _, m := range []struct{ name, node string }{{"lab1-cp-1", "pve1"}, {"lab1-w-1", "pve2"}} {
+		if r := e.viaVIP("patch", "proxmoxmachine", m.name, "--subresource=status", "--type=merge", "-p", `{"status":{"proxmoxNode":"`+m.node+`"}}`); r.Code != 0 {
+			t.Fatalf("ProxmoxMachine %s's node: %+v", m.name, r)
+		}
+	}
+	e.capmoxVM("pve1", 201, "lab1-cp-1", "192.0.2.101")
+	e.capmoxVM("pve2", 202, "lab1-w-1", "192.0.2.102")
+	// A backup to the laptop (it pauses the running Clusters for its
+	// snapshot, and resumes them): the template's backup, then this one
+	// (directories named by time).
+	run("backup", "backup")
+	mans, _ := filepath.Glob(filepath.Join(e.LaptopHome(), ".local/share/mgmtctl/backups/lab-mgmt/*/backup.json"))
+	if len(mans) != 2 {
+		t.Fatalf("backups: %v", mans)
+	}
+	dirs := []string{filepath.Dir(mans[1])}
+	token, err := os.ReadFile(filepath.Join(dirs[0], "token"))
+	if err != nil || !strings.HasPrefix(string(token), "K10") {
+		t.Fatalf("token: %q %v", token, err)
+	}
+	clusterToken := strings.TrimSpace(string(token))
+
 	// A marker, then a scheduled snapshot in S3 that holds it.
 	if r := e.viaVIP("create", "configmap", "in-s3", "--from-literal=k=v", "--from-literal=marker="+configMapMarker); !strings.Contains(r.Stdout, "created") {
 		t.Fatalf("marker: %+v", r)
@@ -183,6 +227,13 @@ func TestS3Restore(t *testing.T) {
 		t.Fatalf("the laptop's record of the cluster's tokens: %v\n%s", err, tokens)
 	}
 
+	// Since the snapshots, a Machine's VM was deleted and CAPMOX made one
+	// they have no Machine for.
+	if r := e.OnNode("pve2", "qm destroy 202"); r.Code != 0 {
+		t.Fatalf("qm destroy 202: %+v", r)
+	}
+	e.capmoxVM("pve3", 203, "lab1-w-2", "192.0.2.103")
+
 	out = run("restore from S3", "restore", "--from", "s3:"+snap, "--yes")
 	if got, want := strings.Join(phaseSteps(out, "restore"), " "),
 		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt hold-clusters@lab-mgmt release-hold@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt machine-drift@pve1"; got != want {
@@ -217,10 +268,103 @@ func TestS3Restore(t *testing.T) {
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
 		t.Errorf("apply after restore --resume: %s", got)
 	}
-	// A name the bucket does not have is refused before k3s stops.
-	if r := e.mgmtctl("restore", "--from", "s3:etcd-snapshot-nowhere-1", "--yes"); r.Code != 1 || !strings.Contains(r.Stderr, "no snapshot etcd-snapshot-nowhere-1 in the bucket") {
+	// A name the bucket does not have is refused before any server's k3s
+	// stops (two of three stopped, etcd would have lost its quorum).
+	if r := e.mgmtctl("restore", "--from", "s3:etcd-snapshot-nowhere-1", "--yes"); r.Code != 1 || !strings.Contains(r.Stderr, "no snapshot etcd-snapshot-nowhere-1 in the bucket") ||
+		strings.Contains(r.Stdout, "changed: ") {
 		t.Errorf("restore of a missing snapshot: %+v", r)
 	}
+	for _, ip := range []string{"192.0.2.51", "192.0.2.52"} {
+		if r := e.SSH("ubuntu", ip, filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "systemctl is-enabled k3s; systemctl is-active k3s"); r.Stdout != "enabled\nactive\n" {
+			t.Errorf("k3s on %s after the refused restore: %+v", ip, r)
+		}
+	}
+
+	// Something made since the restore from S3, which the laptop's
+	// backup (older than the S3 snapshot) does not hold either.
+	if r := e.viaVIP("create", "configmap", "after-s3-restore"); r.Code != 0 {
+		t.Fatal(r)
+	}
+
+	// From the laptop's backup now, onto the same servers: a restore
+	// killed as the second server's etcd data is moved aside (the first
+	// already reset) is completed by the next.
+	second := filepath.Join(e.VMDisk(lab.VMID+1), "upper/var/lib/rancher/k3s/server")
+	aside, _ := filepath.Glob(filepath.Join(second, "db-before-restore-*")) // the restore from S3's
+	e.killRunWhen([]string{"restore", "--from", dirs[0], "--yes"}, func() bool {
+		moved, _ := filepath.Glob(filepath.Join(second, "db-before-restore-*"))
+		return len(moved) > len(aside)
+	}, "the second server's rejoin")
+	r = e.mgmtctl("restore", "--from", dirs[0], "--yes")
+	outputs = append(outputs, r.Stdout+r.Stderr)
+	mustSucceed(t, r, "restore after a restore killed")
+	noSecret(t, r, clusterToken)
+	// k3s's procedure, in its order: the others stopped before the first
+	// is reset, then each rejoins.
+	if got, want := strings.Join(phaseSteps(r.Stdout, "restore"), " "),
+		"stop-k3s@lab-mgmt-2 stop-k3s@lab-mgmt-3 restore@lab-mgmt hold-clusters@lab-mgmt release-hold@lab-mgmt api-vip@lab-mgmt rejoin@lab-mgmt-2 rejoin@lab-mgmt-3 etcd-members@lab-mgmt stale-nodes@lab-mgmt machine-drift@pve1"; got != want {
+		t.Errorf("restore's steps:\n got %s\nwant %s", got, want)
+	}
+	if !strings.Contains(r.Stdout, "3 etcd members healthy") || !strings.Contains(r.Stdout, "delete Node lab-mgmt-old") {
+		t.Errorf("restore's output:\n%s", r.Stdout)
+	}
+	// The third server, held down by the killed restore, was still
+	// masked: nothing could start it meanwhile.
+	if !strings.Contains(r.Stdout, "ok: [lab-mgmt-3] restore/stop-k3s: k3s is stopped (inactive) and masked until it rejoins") {
+		t.Errorf("lab-mgmt-3 was not held down since the killed restore:\n%s", r.Stdout)
+	}
+	// The drift between the snapshot's Machines and Proxmox now.
+	for _, want := range []string{"Machine default/lab1-w-1: its VM 202 on pve2 is gone from Proxmox",
+		"VM 203 (lab1-w-2) on pve3: made by CAPMOX (tag ip_net0_192.0.2.103), no Machine knows it"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("the drift report lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	if strings.Contains(r.Stdout, "lab1-cp-1: its VM") {
+		t.Errorf("a Machine whose VM is there reported:\n%s", r.Stdout)
+	}
+	// The backup paused the running Clusters for its snapshot: the
+	// restore holds them so; the owner's stays as it was.
+	backup := filepath.Base(dirs[0])
+	if got, want := e.clusterPauses(), "lab1=true,"+backup+" parked=true, workload=true,"+backup; got != want {
+		t.Errorf("Clusters after the restore: %s, want %s", got, want)
+	}
+	if n := e.heldBeforeManagers(); n != 2 {
+		t.Errorf("%d Clusters held, want 2", n)
+	}
+	if out := e.viaVIP("get", "configmap", "before-backup", "-o", "jsonpath={.data.k}").Stdout; out != "v" {
+		t.Errorf("the object is not back: %q", out)
+	}
+	for _, name := range []string{"in-s3", "after-s3-restore"} {
+		if out := e.viaVIP("get", "configmap", name, "--ignore-not-found", "-o", "name").Stdout; out != "" {
+			t.Errorf("%s, made after the backup, survived its restore: %q", name, out)
+		}
+	}
+	if r := e.viaVIP("get", "nodes", "-o", readyNodes); r.Stdout != "lab-mgmt=True,true lab-mgmt-2=True,true lab-mgmt-3=True,true " {
+		t.Errorf("nodes after the restore: %+v", r)
+	}
+	if out := e.viaVIP("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`).Stdout; out != "TrueTrueTrueTrueTrue" {
+		t.Errorf("providers Ready: %q", out)
+	}
+	// Each peer's old etcd data is kept aside, as k3s's message asks, and
+	// its k3s is no longer masked.
+	for _, ip := range []string{"192.0.2.51", "192.0.2.52"} {
+		ls := e.SSH("ubuntu", ip, filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "sudo ls /var/lib/rancher/k3s/server; systemctl is-enabled k3s")
+		if !strings.Contains(ls.Stdout, "db-before-restore-") || !strings.HasSuffix(ls.Stdout, "\nenabled\n") {
+			t.Errorf("%s's old etcd data, and k3s unmasked: %+v", ip, ls)
+		}
+	}
+	// Told to, the restore resumes the Clusters it held.
+	run("restore --resume", "restore", "--resume")
+	if got := e.clusterPauses(); got != "lab1=<none>, parked=true, workload=<none>," {
+		t.Errorf("Clusters after restore --resume: %s", got)
+	}
+	r = e.apply()
+	outputs = append(outputs, r.Stdout+r.Stderr)
+	if got := recap(t, r); !strings.Contains(got, "changed=0 ") {
+		t.Errorf("apply after the restore: %s\n%s", got, r.Stdout)
+	}
+	noSecret(t, r, clusterToken)
 
 	// The secret key: in no output, no laptop file but secrets.yaml (the
 	// debug logs included), no process's arguments.

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
 
@@ -51,7 +50,7 @@ func (e *env) secret() string {
 }
 
 // noSecret fails the test if the Proxmox token secret appears in r.
-func noSecret(t *testing.T, r labtest.Result, secrets ...string) {
+func noSecret(t testing.TB, r labtest.Result, secrets ...string) {
 	t.Helper()
 	for _, s := range secrets {
 		if s != "" && strings.Contains(r.Stdout+r.Stderr, s) {
@@ -299,27 +298,5 @@ func TestFullRun(t *testing.T) {
 	mustSucceed(t, e.apply("--tags", "addons"), "the chart's values valid again")
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
 		t.Errorf("final run: %s", got)
-	}
-}
-
-// TestKilledDuringAddons: a run killed right after it wrote the operator's
-// HelmChart (while it waits for the chart) converges on the next run,
-// which also applies the providers; the run after that changes nothing.
-func TestKilledDuringAddons(t *testing.T) {
-	t.Parallel()
-	e := start(t)
-	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
-	e.killWhen("addons,capi", filepath.Join(e.VMDisk(lab.VMID), "upper/var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml"), "the operator's HelmChart write")
-	r := e.apply()
-	mustSucceed(t, r, "apply after kill")
-	if strings.Contains(r.Stdout, "addons/cluster-api-operator-chart: create") {
-		t.Errorf("the chart written before the kill was written again:\n%s", r.Stdout)
-	}
-	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
-		t.Errorf("third run: %s", got)
-	}
-	r = e.adminKubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`)
-	if r.Stdout != "TrueTrueTrueTrueTrue" {
-		t.Errorf("providers Ready: %+v", r)
 	}
 }

@@ -238,7 +238,8 @@ func (e *env) killRunWhen(args []string, reached func() bool, what string) {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	// Generous: a run may wait out helm-controller's back-off first.
+	deadline := time.Now().Add(4 * time.Minute)
 	for !reached() {
 		if time.Now().After(deadline) {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)

@@ -6,17 +6,30 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 )
 
 // The faults of a run that used to hang or stick: each gives a bounded,
 // clear failure with its exit code, and once the fault is cleared one
 // apply converges and the next changes nothing.
 
-// TestVMThatNeverBoots: a VM whose guest never comes up fails the run at
-// the wait's bound (exit 4, the VM unreachable) saying where to look; once
-// the cause is gone, a plain apply resets the VM it created and never
-// reached, and converges.
-func TestVMThatNeverBoots(t *testing.T) {
+// TestFaultsInTurn: faults of a first apply, one after another in one
+// lab (each fresh lab is a VM booted and k3s installed, a quarter of a
+// core's minute on a suite bound by CPU, docs/testing.md), each met where
+// a first run meets it:
+//   - a VM whose guest never comes up fails the run at the wait's bound
+//     (exit 4, the VM unreachable) saying where to look; once the cause
+//     is gone, the next apply resets the VM it created and never
+//     reached, and converges;
+//   - a helm-install Job that fails is retried by helm-controller; the
+//     run waits through the retries to its bound and then fails with
+//     helm's message;
+//   - with that fault gone, a run waits for the next retry, and is killed
+//     right after it wrote the operator's HelmChart (while it waits for
+//     the chart): the next run converges without writing it again, and
+//     also applies the providers; the run after that changes nothing.
+func TestFaultsInTurn(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	if err := e.SetFault("fail-boot", "", true); err != nil {
@@ -38,28 +51,17 @@ func TestVMThatNeverBoots(t *testing.T) {
 	if err := e.SetFault("fail-boot", "", false); err != nil {
 		t.Fatal(err)
 	}
-	r = e.apply()
-	mustSucceed(t, r, "apply once the cause is gone")
+	r = e.apply("--tags", "vm,k3s")
+	mustSucceed(t, r, "apply once the VM boots")
 	if !strings.Contains(r.Stdout, "reset VM 110") {
 		t.Errorf("the hung VM was not reset:\n%s", r.Stdout)
 	}
-	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
-		t.Errorf("next run: %s", got)
-	}
-}
 
-// TestChartFailsThenRecovers: a helm-install Job that fails is retried by
-// helm-controller; the run waits through the retries to its bound and
-// then fails with helm's message; with the fault gone, a plain apply
-// waits for the next retry and converges.
-func TestChartFailsThenRecovers(t *testing.T) {
-	t.Parallel()
-	e := start(t)
-	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
+	// A chart whose helm-install Job keeps failing.
 	if err := e.SetFault("helm-fail", "cert-manager", true); err != nil {
 		t.Fatal(err)
 	}
-	r := e.apply("--wait-timeout", "20s")
+	r = e.apply("--wait-timeout", "20s")
 	if r.Code != 1 || !strings.Contains(r.Stdout, "failed: [lab-mgmt] addons/cert-manager-chart") ||
 		!regexp.MustCompile(`cert-manager v[0-9.]+ not usable after 20s: its helm-install Job kept failing while helm-controller retried it`).MatchString(r.Stderr) ||
 		!strings.Contains(r.Stderr, "helm-fail") || !strings.Contains(r.Stderr, "BackOff") {
@@ -68,9 +70,21 @@ func TestChartFailsThenRecovers(t *testing.T) {
 	if err := e.SetFault("helm-fail", "", false); err != nil {
 		t.Fatal(err)
 	}
-	mustSucceed(t, e.apply(), "apply once the chart installs")
+
+	// The fault gone, a run waits for helm-controller's next retry, and
+	// is killed once it wrote the operator's HelmChart.
+	e.killWhen("addons,capi", filepath.Join(e.VMDisk(lab.VMID), "upper/var/lib/rancher/k3s/server/manifests/cluster-api-operator.yaml"), "the operator's HelmChart write")
+	r = e.apply()
+	mustSucceed(t, r, "apply after kill")
+	if strings.Contains(r.Stdout, "addons/cluster-api-operator-chart: create") {
+		t.Errorf("the chart written before the kill was written again:\n%s", r.Stdout)
+	}
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
 		t.Errorf("next run: %s", got)
+	}
+	r = e.adminKubectl("get", allProviders, "-A", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{end}`)
+	if r.Stdout != "TrueTrueTrueTrueTrue" {
+		t.Errorf("providers Ready: %+v", r)
 	}
 }
 

@@ -109,22 +109,22 @@ const readyNodes = `jsonpath={range .items[*]}{.metadata.name}={.status.conditio
 // TestHA: three servers on three Proxmox nodes. A fresh apply converges
 // (three Ready servers, three healthy etcd members, the providers Ready
 // through the VIP) and a second changes nothing; the cluster token is
-// never printed. The VM holding the VIP stopped: the API answers at the
-// VIP again from another server, status exits 1 naming the stopped
-// server, and the next apply starts it and converges. A k3s version bump
-// rolls one server at a time, each Ready before the next is touched.
+// never printed. The fresh apply is haBackedUp's (the template the
+// restores start from too: one first apply of three servers for all of
+// them), and the test starts from a copy of what it converged. The VM
+// holding the VIP stopped: the API answers at the VIP again from another
+// server, status exits 1 naming the stopped server, and the next apply
+// starts it and converges. A k3s version bump rolls one server at a
+// time, each Ready before the next is touched.
 func TestHA(t *testing.T) {
 	t.Parallel()
-	e := startHA(t)
+	e := haEnv(t, haBackedUp.Start(t))
 	e.bin = raceChecked(t, e.bin)
-	r := e.apply()
-	mustSucceed(t, r, "first apply")
 	token := strings.TrimSpace(e.SSH("ubuntu", "192.0.2.50", filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "sudo cat /var/lib/rancher/k3s/server/token").Stdout)
 	if !strings.HasPrefix(token, "K10") {
 		t.Fatalf("cluster token: %q", token)
 	}
-	noSecret(t, r, token, e.secret())
-	r = e.apply("--diff")
+	r := e.apply("--diff")
 	mustSucceed(t, r, "second apply")
 	if !strings.Contains(recap(t, r), "changed=0 ") {
 		t.Errorf("second run changed something:\n%s", r.Stdout)
@@ -291,13 +291,19 @@ func TestHA(t *testing.T) {
 		t.Errorf("versions after the upgrade: %+v", r)
 	}
 	// The upgrade took a backup first (the refused one took none), into
-	// the laptop's backups, saying why.
+	// the laptop's backups, saying why: one more than the template's.
 	mans, _ := filepath.Glob(filepath.Join(e.LaptopHome(), ".local/share/mgmtctl/backups/lab-mgmt/*/backup.json"))
-	if len(mans) != 1 {
-		t.Fatalf("backups after the upgrade: %v", mans)
+	var upgrades []string
+	for _, m := range mans {
+		if b, _ := os.ReadFile(m); strings.Contains(string(b), `"reason": "before upgrading k3s from `) {
+			upgrades = append(upgrades, string(b))
+		}
 	}
-	if b, _ := os.ReadFile(mans[0]); !strings.Contains(string(b), `"reason": "before upgrading k3s from `) || !strings.Contains(string(b), ` to v1.36.3+k3s1"`) {
-		t.Errorf("the upgrade's backup: %s", b)
+	if len(mans) != 2 || len(upgrades) != 1 {
+		t.Fatalf("backups after the upgrade: %v, %d of them before upgrading k3s", mans, len(upgrades))
+	}
+	if !strings.Contains(upgrades[0], ` to v1.36.3+k3s1"`) {
+		t.Errorf("the upgrade's backup: %s", upgrades[0])
 	}
 	if l := e.mgmtctl("backup", "--list"); !strings.Contains(l.Stdout, "before upgrading k3s from") {
 		t.Errorf("backup --list: %+v", l)

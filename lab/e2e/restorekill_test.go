@@ -14,10 +14,20 @@ import (
 )
 
 // haBackedUp is three servers converged, a marker object made and a
-// backup taken: where a restore starts from.
+// backup taken: where a restore starts from, and where TestHA starts.
+// Its first apply, of three servers from nothing, is TestHA's: run with
+// the race-built tool under make test, and it prints no cluster token
+// and no Proxmox token secret.
 var haBackedUp = &labtest.Template{Name: "three servers and a backup", Nodes: 3, Build: func(t testing.TB, l *labtest.Lab) {
 	e := haEnv(t, l)
-	mustSucceed(t, e.apply(), "apply")
+	e.bin = raceChecked(t, e.bin)
+	r := e.apply()
+	mustSucceed(t, r, "apply")
+	token := strings.TrimSpace(e.SSH("ubuntu", "192.0.2.50", filepath.Join(e.LaptopHome(), ".config/mgmtctl/known_hosts"), "sudo cat /var/lib/rancher/k3s/server/token").Stdout)
+	if !strings.HasPrefix(token, "K10") {
+		t.Fatalf("cluster token: %q", token)
+	}
+	noSecret(t, r, token, e.secret())
 	if r := e.viaVIP("create", "configmap", "before-backup", "--from-literal=k=v"); !strings.Contains(r.Stdout, "created") {
 		t.Fatalf("test object: %+v", r)
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,9 +106,29 @@ func logf(w io.Writer, format string, args ...any) {
 	fmt.Fprintf(w, "time=%q level=info msg=%q\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
 }
 
+// labGCPercent and labMemoryLimit are the lab's k3s's GOGC and
+// GOMEMLIMIT (Server).
+const (
+	labGCPercent   = 400
+	labMemoryLimit = 1536 << 20
+)
+
 // Server runs `k3s server` until SIGTERM; with --cluster-reset it resets
 // (and restores) the datastore and returns.
 func Server(args []string, log io.Writer) error {
+	// The lab runs up to a dozen of these side by side on 2 cores, and a
+	// quarter of one's CPU went to Go's garbage collector (a profile of a
+	// server's start and first apply, docs/testing.md). Memory is what the
+	// lab's machines have to spare: collect when the heap has grown by
+	// four times what is live, not by as much, unless GOGC says otherwise,
+	// and sooner when the whole process nears labMemoryLimit (GOMEMLIMIT's
+	// soft limit), so that a dozen servers still fit a 24 GB machine.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(labGCPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(labMemoryLimit)
+	}
 	notifySocket = os.Getenv("NOTIFY_SOCKET")
 	os.Unsetenv("NOTIFY_SOCKET")
 	flags, err := parseServerFlags(args)
