@@ -44,12 +44,15 @@ export PARALLEL
 # (-s -w, as the lab's binaries are): a test binary is linked on every
 # run, and a dozen of them hold Kubernetes' libraries. MGMTCTL_BIN_BUILT
 # tells the lab's tests that bin/ was just brought up to date (labtest).
+# PARALLEL labs of a package run at once, handed out longest test first
+# by labtest's own queue (MGMTCTL_LAB_SLOTS): go test's -parallel is set
+# above it, as go test starts its parallel tests in no set order.
 test: vet
 	@[ "$$(id -u)" = 0 ] || { echo "make test runs the lab's tests, which need root: run hack/install-deps.sh as root, then make test as root (make test-unit runs the unit tests alone)" >&2; exit 1; }
 	@bash hack/build.sh all
 	@bash hack/build.sh race
 	$(GO) test -race -vet=off -count=1 ./...
-	cd lab && MGMTCTL_BIN_BUILT=$(CURDIR) MGMTCTL_E2E_RACE=1 $(GO) test -vet=off -ldflags='-s -w' -count=1 -timeout 60m -parallel $(PARALLEL) ./...
+	cd lab && MGMTCTL_BIN_BUILT=$(CURDIR) MGMTCTL_E2E_RACE=1 MGMTCTL_LAB_SLOTS=$(PARALLEL) $(GO) test -vet=off -ldflags='-s -w' -count=1 -timeout 60m -parallel 64 ./...
 
 # The unit tests alone (-short: every test that needs a lab skips).
 test-unit: vet

@@ -73,7 +73,7 @@ func TestHARestore(t *testing.T) {
 		mustSucceed(t, r, what)
 		return r.Stdout
 	}
-	e.editConfig("  kubeconfig:", "  backup:\n    schedule: \"* * * * *\"\n    retention: 2\n    s3:\n      endpoint: "+lab.MirrorAddr+":7070\n      bucket: k3s-snapshots\n      folder: lab-mgmt\n      caFile: "+e.CABundle()+"\n  kubeconfig:")
+	e.editConfig("  kubeconfig:", "  backup:\n    schedule: \"@every 30s\"\n    retention: 2\n    s3:\n      endpoint: "+lab.MirrorAddr+":7070\n      bucket: k3s-snapshots\n      folder: lab-mgmt\n      caFile: "+e.CABundle()+"\n  kubeconfig:")
 	out := run("apply with S3", "apply")
 	for _, srv := range []string{"lab-mgmt", "lab-mgmt-2", "lab-mgmt-3"} {
 		for _, want := range []string{"changed: [" + srv + "] k3s/s3-keys: create /etc/default/k3s with the S3 keys", "changed: [" + srv + "] k3s/restart-k3s: restart k3s"} {
@@ -137,7 +137,7 @@ func TestHARestore(t *testing.T) {
 	var snap string
 	deadline := time.Now().Add(150 * time.Second)
 	for snap == "" {
-		// The schedule fires on the minute: nothing to watch from here.
+		// The schedule fires every 30 s: nothing to watch from here.
 		time.Sleep(5 * time.Second)
 		r := e.mgmtctl("backup", "--list", "-o", "json")
 		outputs = append(outputs, r.Stdout+r.Stderr)
@@ -154,9 +154,12 @@ func TestHARestore(t *testing.T) {
 			t.Fatalf("no scheduled snapshot in S3 within 150 s:\n%s", r.Stdout)
 		}
 	}
-	if list := run("backup --list", "backup", "--list"); !strings.Contains(list, "s3:"+snap) || !strings.Contains(list, "scheduled by k3s") {
-		t.Errorf("backup --list:\n%s", list)
-	}
+	// Every server lost, at once: with a retention of 2, the old
+	// cluster's own schedule would prune the snapshot a minute on. A new
+	// cluster, with a token of its own and a folder of its own, its
+	// schedule as frequent: it prunes its own servers' snapshots to 2
+	// each and none of the old cluster's.
+	run("destroy", "destroy", "--yes")
 	// Secrets encrypted at rest: no object in the bucket holds the Proxmox
 	// token secret, as its bytes or their base64; the marker's snapshot
 	// holds the ConfigMap's value (the search reads etcd's bytes).
@@ -174,10 +177,6 @@ func TestHARestore(t *testing.T) {
 		}
 	}
 
-	// Every server lost; a new cluster, with a token of its own and a
-	// folder of its own, its schedule as frequent: it prunes its own
-	// servers' snapshots to 2 each and none of the old cluster's.
-	run("destroy", "destroy", "--yes")
 	run("apply three fresh servers", "apply")
 	seen := map[string]map[string]bool{} // the new cluster's server folders: every snapshot seen there
 	deadline = time.Now().Add(5 * time.Minute)
@@ -221,6 +220,9 @@ func TestHARestore(t *testing.T) {
 	}
 	if out := e.viaVIP("get", "configmap", "in-s3", "--ignore-not-found", "-o", "name").Stdout; out != "" {
 		t.Fatalf("the fresh cluster has the object: %q", out)
+	}
+	if list := run("backup --list", "backup", "--list"); !strings.Contains(list, "s3:"+snap) || !strings.Contains(list, "scheduled by k3s") {
+		t.Errorf("backup --list:\n%s", list)
 	}
 	tokens, err := os.ReadFile(filepath.Join(e.LaptopHome(), ".local/share/mgmtctl/backups/lab-mgmt/cluster-tokens.json"))
 	if err != nil || strings.Count(string(tokens), `"token"`) != 2 {

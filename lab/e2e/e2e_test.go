@@ -44,6 +44,7 @@ func newEnv(t testing.TB, l *labtest.Lab) *env {
 // TestMain removes the templates the tests started from once they are
 // done.
 func TestMain(m *testing.M) {
+	labtest.Costs = costs
 	code := m.Run()
 	labtest.RemoveAll()
 	os.Exit(code)

@@ -156,7 +156,9 @@ func Start(t testing.TB) *Lab {
 func StartNodes(t testing.TB, n int) *Lab {
 	t.Helper()
 	Skip(t)
-	tl, err := newLab(t, Binary(t), "lab-")
+	bin := Binary(t)
+	holdSlot(t)
+	tl, err := newLab(t, bin, "lab-")
 	if err != nil {
 		t.Fatal(err)
 	}

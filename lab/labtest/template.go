@@ -55,10 +55,13 @@ func (tp *Template) Start(t testing.TB) *Lab {
 	t.Helper()
 	Skip(t)
 	bin := Binary(t)
-	tp.once.Do(func() { tp.build(t, bin) })
+	// The test that builds the template holds a lab slot for it; the
+	// others wait for the build without one (holdSlot).
+	tp.once.Do(func() { holdSlot(t); tp.build(t, bin) })
 	if tp.err != nil {
 		t.Fatalf("template %q: %v", tp.Name, tp.err)
 	}
+	holdSlot(t)
 	tl, err := newLab(t, bin, "lab-")
 	if err != nil {
 		t.Fatal(err)

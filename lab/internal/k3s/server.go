@@ -535,6 +535,12 @@ func startEtcd(dir string, m member, initialCluster string) (*embed.Etcd, error)
 	if initialCluster != "" {
 		cfg.InitialCluster, cfg.ClusterState = initialCluster, embed.ClusterStateFlagExisting
 	}
+	// k3s's own timing, not etcd's defaults (100 and 1000 ms): a heartbeat
+	// every 500 ms, an election after 5 s without one (k3s pkg/etcd/etcd.go,
+	// (*ETCD).cluster: HeartbeatInterval 500, ElectionTimeout 5000). With
+	// etcd's, a member starved of CPU for a second on a busy machine
+	// called an election, and the API answered "etcdserver: no leader".
+	cfg.TickMs, cfg.ElectionMs = 500, 5000
 	cfg.LogLevel = "error"
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	labtest.Costs = costs
 	code := m.Run()
 	labtest.RemoveAll()
 	os.Exit(code)
