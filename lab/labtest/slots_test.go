@@ -53,3 +53,49 @@ func TestQueueLongestFirst(t *testing.T) {
 		t.Errorf("after every release: %d free, held %v", q.free, q.held)
 	}
 }
+
+// TestQueueOneHeavyAtATime: with two slots, a heavy test runs beside a
+// light one, not beside the next heavy one, while a light one waits; with
+// no light one left, the heavy ones take both.
+func TestQueueOneHeavyAtATime(t *testing.T) {
+	q := newQueue(2)
+	granted := make(chan string, 8)
+	hold := map[string]chan struct{}{}
+	costs := map[string]float64{"TestRestore": 570, "TestHA": 420, "TestFull": 260, "TestStatus": 50}
+	for name, cost := range costs {
+		hold[name] = make(chan struct{})
+		go func() {
+			release := q.hold(name, cost)
+			granted <- name
+			<-hold[name]
+			release()
+		}()
+	}
+	for {
+		q.mu.Lock()
+		n := len(q.waiting)
+		q.mu.Unlock()
+		if n == len(costs) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	q.settle()
+	first := []string{<-granted, <-granted}
+	slices.Sort(first)
+	if want := []string{"TestRestore", "TestStatus"}; !slices.Equal(first, want) {
+		t.Fatalf("first slots went to %v, want %v", first, want)
+	}
+	// The light one done, no light one waits: the next heavy one takes
+	// its slot beside the running heavy one.
+	close(hold["TestStatus"])
+	if got := <-granted; got != "TestHA" {
+		t.Errorf("next slot went to %s, want TestHA", got)
+	}
+	close(hold["TestRestore"])
+	if got := <-granted; got != "TestFull" {
+		t.Errorf("next slot went to %s, want TestFull", got)
+	}
+	close(hold["TestHA"])
+	close(hold["TestFull"])
+}
