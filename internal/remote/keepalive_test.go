@@ -162,11 +162,17 @@ func TestSilentWhileOpeningASession(t *testing.T) {
 	}
 }
 
-// TestKeepAliveKeepsAnAnsweringConnection: a command much longer than
-// CountMax intervals runs to its end while sshd answers the keepalives.
+// TestKeepAliveKeepsAnAnsweringConnection: a command longer than the
+// watch's whole patience (Interval × (CountMax+1), 2.5 s: a watch that
+// ignored the answers would give the connection up before the command
+// ends) runs to its end while sshd answers the keepalives. sshd may take
+// up to that patience to answer, on a machine as busy as it likes: with
+// keepalives 50 ms apart and two allowed unanswered, a busy CI machine's
+// sshd answered too late (#54).
 func TestKeepAliveKeepsAnAnsweringConnection(t *testing.T) {
-	c, _ := throughSilentProxy(t, sshtest.Start(t), remote.KeepAlive{Interval: 50 * time.Millisecond, CountMax: 2})
-	res, err := c.Run(context.Background(), remote.Command("sh", "-c", "sleep 1; echo done"))
+	t.Parallel()
+	c, _ := throughSilentProxy(t, sshtest.Start(t), remote.KeepAlive{Interval: 500 * time.Millisecond, CountMax: 4})
+	res, err := c.Run(context.Background(), remote.Command("sh", "-c", "sleep 4; echo done"))
 	if err != nil || string(res.Stdout) != "done\n" {
 		t.Fatalf("a live connection was given up: %v", err)
 	}
