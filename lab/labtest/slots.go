@@ -20,9 +20,9 @@ import (
 // semaphore), so the longest test of the suite could start last and run
 // alone at its end: on 2 cores, with 2 labs at a time, TestHARestore
 // (about 9 minutes) started 23 minutes into a 32-minute run. Lab slots
-// are handed out longest first instead, a heavy test beside light ones
-// (dispatch), which ends a run of many short tests and a few long ones
-// near its average.
+// are handed out longest first instead (the LPT rule of scheduling),
+// which ends a run of many short tests and a few long ones near its
+// average.
 var Costs map[string]float64
 
 const defaultCost = 60
@@ -51,20 +51,9 @@ type queue struct {
 	ready   bool
 	waiting []*waiter
 	held    map[string]int // top-level test: its holds
-	// heavy is how many of the tests holding a slot cost heavyCost or
-	// more: heavyNames.
-	heavy      int
-	heavyNames map[string]bool
 }
 
-// heavyCost is the cost from which a test is heavy (dispatch): in the
-// end-to-end tests, the restores and HA of three servers, the full run
-// and the verification list.
-const heavyCost = 200
-
-func newQueue(n int) *queue {
-	return &queue{free: n, held: map[string]int{}, heavyNames: map[string]bool{}}
-}
+func newQueue(n int) *queue { return &queue{free: n, held: map[string]int{}} }
 
 var (
 	slotsOnce sync.Once
@@ -125,42 +114,21 @@ func (q *queue) settle() {
 	q.dispatch()
 }
 
-// dispatch hands free slots to the waiting tests, the costliest first,
-// but never more heavy tests at once than half the slots (rounded up)
-// while a lighter one waits: with every heavy test at the start, labs of
-// three servers side by side starved each other of CPU (docs/testing.md),
-// and the light tests left for the end used it half. It runs with q.mu
-// held.
+// dispatch hands free slots to the waiting tests, the costliest first.
+// It runs with q.mu held.
 func (q *queue) dispatch() {
 	if !q.ready {
 		return
 	}
 	sort.SliceStable(q.waiting, func(i, j int) bool { return q.waiting[i].cost > q.waiting[j].cost })
 	for q.free > 0 && len(q.waiting) > 0 {
-		i := 0
-		if q.waiting[0].cost >= heavyCost && q.heavy >= (q.free+q.running()+1)/2 {
-			// The costliest light one, if any.
-			for i < len(q.waiting) && q.waiting[i].cost >= heavyCost {
-				i++
-			}
-			if i == len(q.waiting) {
-				i = 0
-			}
-		}
-		w := q.waiting[i]
-		q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+		w := q.waiting[0]
+		q.waiting = q.waiting[1:]
 		q.free--
 		q.held[w.name]++
-		if w.cost >= heavyCost {
-			q.heavy++
-			q.heavyNames[w.name] = true
-		}
 		close(w.run)
 	}
 }
-
-// running is how many tests hold a slot.
-func (q *queue) running() int { return len(q.held) }
 
 func (q *queue) release(name string) {
 	q.mu.Lock()
@@ -168,10 +136,6 @@ func (q *queue) release(name string) {
 	q.held[name]--
 	if q.held[name] == 0 {
 		delete(q.held, name)
-		if q.heavyNames[name] {
-			delete(q.heavyNames, name)
-			q.heavy--
-		}
 		q.free++
 		q.dispatch()
 	}

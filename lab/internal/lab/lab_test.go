@@ -549,13 +549,19 @@ func TestK3sHA(t *testing.T) {
 		t.Errorf("a write without quorum succeeded: %+v", r)
 	}
 	// Both back: they rejoin with their data, and the cluster writes again.
-	for _, c := range []struct {
+	// Both are started before either is waited for, as at a power cut's
+	// end (labtest's Template.Start): a server's boot may wait for
+	// etcd's quorum, which the one left running need not still offer.
+	back := []struct {
 		node string
 		id   int
-	}{{"pve1", 110}, {"pve3", 112}} {
+	}{{"pve1", 110}, {"pve3", 112}}
+	for _, c := range back {
 		if r := l.OnNode(c.node, fmt.Sprintf("qm start %d", c.id)); r.Code != 0 {
 			t.Fatal(r)
 		}
+	}
+	for _, c := range back {
 		if err := l.WaitVM(c.id); err != nil {
 			t.Fatal(err)
 		}
