@@ -167,46 +167,7 @@ func (s *Config) Check(ctx context.Context) (step.Plan, error) {
 	if s.V.Hold != nil {
 		return step.Plan{}, &HeldError{Server: s.V.Name(), Backup: HeldBy(s.V.Hold)}
 	}
-	p, err := s.V.filePlan(ctx, ConfigPath, s.V.config())
-	if err == nil && !s.V.Spec.SecretsEncryption {
-		p.Note = strings.TrimPrefix(p.Note+"; "+Unencrypted, "; ")
-	}
-	return p, err
-}
-
-// Unencrypted is what the config step says, every run, on a cluster
-// whose servers run without secrets-encryption: one k3s initialised
-// before mgmtctl turned it on. Turning it on for a running cluster is
-// k3s's secrets-encrypt procedure, which mgmtctl does not carry out yet;
-// until then every snapshot holds the cluster's Secrets, the Proxmox
-// token among them, as plain bytes. A note, not a warning: status would
-// report the cluster unhealthy for what no apply can change.
-const Unencrypted = "Secrets are not encrypted at rest: this cluster's k3s was initialised without secrets-encryption, so its snapshots (laptop and S3) hold every Secret, the Proxmox token among them, in clear"
-
-// EncryptSecrets says whether a cluster's servers run k3s with
-// secrets-encryption, from what k3s holds on their disks, not from
-// config.yaml (which a hand edit may have changed: a server started
-// without it would no longer read the Secrets the others encrypt): on for
-// a cluster whose servers hold the encryption config k3s generated
-// (server/cred/encryption-config.json; it travels in the bootstrap data,
-// so every server of such a cluster has it), and for a new cluster, none
-// of whose servers has run k3s yet (k3s generates the key as the first
-// server starts, docs.k3s.io security/secrets-encryption); off for a
-// cluster k3s initialised without it. k3s holds the setting cluster-wide
-// (CriticalControlArgs.EncryptSecrets, pkg/daemons/config/types.go: a
-// server whose value differs from the cluster's is refused), and
-// documents no turning it on for a running cluster by its flag alone
-// (docs.k3s.io cli/secrets-encrypt: "Starting K3s without encryption and
-// enabling it at a later time is currently not supported").
-func EncryptSecrets(vms []*VM) bool {
-	initialised := false
-	for _, v := range vms {
-		if v.Encrypting {
-			return true
-		}
-		initialised = initialised || v.Initialised
-	}
-	return !initialised
+	return s.V.filePlan(ctx, ConfigPath, s.V.config())
 }
 
 // Restart restarts k3s when it runs with an older config.yaml than the one

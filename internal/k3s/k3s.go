@@ -55,7 +55,7 @@ type Spec struct {
 	// go to EnvPath, never to config.yaml.
 	S3 *S3Spec
 	// SecretsEncryption is k3s's secrets-encryption: Secrets encrypted
-	// at rest in etcd, and so in every snapshot of it (EncryptSecrets).
+	// at rest in etcd, and so in every snapshot of it (encrypt.go).
 	SecretsEncryption bool
 }
 
@@ -84,10 +84,11 @@ type VM struct {
 	// Config is config.yaml as gathered (nil if absent).
 	Config []byte
 	// Initialised says k3s has run as a server here (its certificates
-	// directory exists); Encrypting that it holds the cluster's
-	// secrets-encryption config (EncryptionConfigPath), which k3s keeps
-	// on every server of a cluster that encrypts (EncryptSecrets).
-	Initialised, Encrypting bool
+	// directory exists).
+	Initialised bool
+	// Encryption is the server's secrets-encryption config as gathered
+	// (encrypt.go).
+	Encryption Encryption
 	// Hold is HoldPath as gathered: a restore cut short holds this
 	// server (nil when none does).
 	Hold []byte
@@ -166,7 +167,7 @@ func (v *VM) Gather(ctx context.Context) error {
 		remote.ServiceActive("k3s").AsRoot(),
 		remote.FileContent(ConfigPath).AsRoot(),
 		remote.PathExists(ServerTLSDir).AsRoot(),
-		remote.PathExists(EncryptionConfigPath).AsRoot(),
+		remote.EncryptionConfigSummary(EncryptionConfigPath).AsRoot(),
 		remote.FileContent(HoldPath).AsRoot())
 	if err != nil {
 		return fmt.Errorf("read the k3s version: %w", err)
@@ -180,7 +181,7 @@ func (v *VM) Gather(ctx context.Context) error {
 	if res[2].ExitCode == 0 {
 		v.Config = res[2].Stdout
 	}
-	v.Initialised, v.Encrypting = res[3].ExitCode == 0, res[4].ExitCode == 0
+	v.Initialised, v.Encryption = res[3].ExitCode == 0, parseEncryption(res[4].Stdout)
 	v.Hold = nil
 	if res[5].ExitCode == 0 {
 		v.Hold = res[5].Stdout

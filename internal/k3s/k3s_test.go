@@ -53,38 +53,6 @@ func TestRenderConfigGolden(t *testing.T) {
 	}
 }
 
-// TestEncryptSecrets: secrets-encryption is on for a cluster none of
-// whose servers has run k3s yet, and for one whose servers hold k3s's
-// encryption config, whatever config.yaml says now (a hand edit that
-// dropped the key is put back, not followed); a cluster k3s initialised
-// without it keeps it off on every server, a server that joins later
-// included (k3s refuses a server whose setting differs from the cluster's).
-func TestEncryptSecrets(t *testing.T) {
-	const fresh, plain, encrypting = 0, 1, 2
-	for _, c := range []struct {
-		name    string
-		servers []int
-		want    bool
-	}{
-		{"a new cluster", []int{fresh, fresh, fresh}, true},
-		{"a new lone server", []int{fresh}, true},
-		{"an encrypting cluster", []int{encrypting, encrypting, encrypting}, true},
-		{"an encrypting cluster, a server to join", []int{encrypting, fresh, encrypting}, true},
-		{"a cluster without it", []int{plain}, false},
-		{"a cluster without it, servers to join", []int{plain, fresh, fresh}, false},
-	} {
-		var vms []*VM
-		for _, s := range c.servers {
-			// config.yaml says the opposite of the disk: it is not read.
-			vms = append(vms, &VM{Initialised: s != fresh, Encrypting: s == encrypting,
-				Config: RenderConfig(Spec{SecretsEncryption: s != encrypting})})
-		}
-		if got := EncryptSecrets(vms); got != c.want {
-			t.Errorf("%s: EncryptSecrets = %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	p := filepath.Join("testdata", name)
@@ -161,24 +129,5 @@ func TestEnvFile(t *testing.T) {
 	}
 	if got := string(RenderEnv(Spec{S3: s3})); got != want {
 		t.Errorf("RenderEnv = %q", got)
-	}
-}
-
-// TestConfigSaysSecretsAreInClear: on a server of a cluster k3s
-// initialised without secrets-encryption, the config step says, every run
-// and as a note (status stays healthy: no apply can change it), that
-// the snapshots hold the Secrets in clear; an encrypted server's says
-// nothing of it.
-func TestConfigSaysSecretsAreInClear(t *testing.T) {
-	for _, encrypted := range []bool{false, true} {
-		spec := Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), SecretsEncryption: encrypted}
-		h := &remotetest.Host{HostName: "lab-mgmt", Files: map[string][]byte{ConfigPath: RenderConfig(spec)}}
-		p, err := (&Config{V: &VM{Spec: spec, Host: h}}).Check(context.Background())
-		if err != nil || !p.Empty() || len(p.Warnings) != 0 {
-			t.Fatalf("encrypted %v: %+v, %v", encrypted, p, err)
-		}
-		if says := strings.Contains(p.Note, Unencrypted); says == encrypted || !strings.HasPrefix(p.Note, ConfigPath+" up to date") {
-			t.Errorf("encrypted %v: note %q", encrypted, p.Note)
-		}
 	}
 }

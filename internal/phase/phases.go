@@ -229,6 +229,7 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 	// that runs k3s.
 	snap := &backup.VM{Name: servers[0].Name}
 	steps := before(s, snap, func(ctx context.Context) (string, error) { return k3sUpgrade(ctx, vms) })
+	seed := func() *k3s.VM { return k3s.Seed(vms) }
 	for i, srv := range servers {
 		v := &k3s.VM{Spec: k3sSpec(s.Config, i)}
 		if len(servers) > 1 {
@@ -260,10 +261,21 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 		if c.Spec.VIP.Addr.IsValid() {
 			steps = append(steps, &k3s.KubeVIP{V: v, Manifest: k3s.KubeVIPManifest(kubeVIPSpec(c))})
 		}
+		if i == 0 {
+			// Before any server's config.yaml asks for secrets-encryption:
+			// encrypt.go.
+			steps = append(steps, &k3s.EnableEncryption{VMs: vms, Seed: seed})
+		}
 		steps = append(steps, &k3s.Env{V: v}, &k3s.Config{V: v}, &k3s.Install{V: v}, &k3s.Restart{NodeReady: ready}, ready)
 		if i == 0 && c.Spec.VIP.Addr.IsValid() {
 			steps = append(steps, &k3s.APIAddress{V: v, Addr: c.Spec.VIP.Addr, API: a.API, Timeout: s.WaitTimeout})
 		}
+	}
+	// Secrets encrypted at rest once every server runs with the
+	// identity config, then each server restarted with the key (encrypt.go).
+	steps = append(steps, &k3s.RotateKeys{VMs: vms, Seed: seed})
+	for _, v := range vms {
+		steps = append(steps, &k3s.KeyRestart{NodeReady: &k3s.NodeReady{V: v, API: a.API, Timeout: s.WaitTimeout}, Seed: seed, VMs: vms})
 	}
 	if c.Spec.Backup.S3 != nil {
 		// The snapshots in S3 restore only under the cluster's token,
@@ -316,10 +328,6 @@ func k3sPhase(s *session.Session, a *session.Cluster) step.Phase {
 				if snap.Host == nil && v.Host != nil && v.Active {
 					snap.Name, snap.Host = v.Name(), v.Host
 				}
-			}
-			encrypt := k3s.EncryptSecrets(vms)
-			for _, v := range vms {
-				v.Spec.SecretsEncryption = encrypt
 			}
 			if b := c.Spec.Backup.S3; b != nil {
 				id := s3Cluster(s, b.Folder, servers, vms)

@@ -23,7 +23,10 @@ func k3sSpec(l *config.Loaded, i int) k3s.Spec {
 	c := &l.Cluster
 	srv := l.Servers()[i]
 	s := k3s.Spec{Name: srv.Name, IP: srv.Net.Addr(), Version: c.Spec.K3s.Release, InstallScriptURL: c.Spec.K3s.InstallScriptURL,
-		VIP: c.Spec.VIP.Addr, SnapshotSchedule: c.Spec.Backup.Schedule, SnapshotRetention: c.Spec.Backup.Retention}
+		VIP: c.Spec.VIP.Addr, SnapshotSchedule: c.Spec.Backup.Schedule, SnapshotRetention: c.Spec.Backup.Retention,
+		// Always: a cluster k3s initialised without it is turned over by
+		// the k3s phase's secrets-encryption steps (k3s encrypt.go).
+		SecretsEncryption: true}
 	if b := c.Spec.Backup.S3; b != nil {
 		k := l.Secrets.S3
 		s.S3 = &k3s.S3Spec{Endpoint: b.Endpoint, Bucket: b.Bucket, Folder: b.Folder, Region: b.Region, CA: b.CA,

@@ -46,7 +46,7 @@ func TestSpecs(t *testing.T) {
 	if got := vmSpec(&l.Cluster, l.Servers()[0]); got.Net != want.Net || got.Name != want.Name || got.VMID != want.VMID || got.Cores != want.Cores || got.ImageSHA256 != want.ImageSHA256 || len(got.Nameservers) != 1 {
 		t.Errorf("vm spec = %+v\nwant %+v", got, want)
 	}
-	if got := k3sSpec(l, 0); got != (k3s.Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), Version: config.K3sRelease{Major: 1, Minor: 35, Patch: 7, Build: 1}, InstallScriptURL: config.DefaultK3sInstallScript}) {
+	if got := k3sSpec(l, 0); got != (k3s.Spec{Name: "lab-mgmt", IP: netip.MustParseAddr("192.0.2.50"), Version: config.K3sRelease{Major: 1, Minor: 35, Patch: 7, Build: 1}, InstallScriptURL: config.DefaultK3sInstallScript, SecretsEncryption: true}) {
 		t.Errorf("k3s spec = %+v", got)
 	}
 }

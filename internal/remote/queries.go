@@ -47,6 +47,18 @@ func FileSHA256AndSize(path string) Query {
 	return lookScript("read the sha256 and size of "+path, `sha256sum < "$1" | cut -d' ' -f1; stat -c %s -- "$1"`, path)
 }
 
+// EncryptionConfigSummary prints, for k3s's secrets-encryption config at
+// path, its sha256 and then the name of its first provider (the one that
+// writes: identity, aescbc, secretbox), nothing when there is none. The
+// config holds the key: only its hash and its providers' order leave the
+// VM. k3s writes it as compact JSON (encoding/json), one line.
+func EncryptionConfigSummary(path string) Query {
+	return lookScript("read the secrets-encryption config's providers", `[ -e "$1" ] || exit 0
+sum=$(sha256sum < "$1" | cut -d' ' -f1) || exit 1
+first=$(grep -o '"providers":\[{"[a-z]*"' "$1" | head -n 1 | sed 's/.*{"//; s/"$//')
+echo "$sum ${first:-unknown}"`, path)
+}
+
 // FileContent is cat of a file (in a Batch, where ReadFile's own script
 // does not fit).
 func FileContent(path string) Query { return look("cat", "--", path) }

@@ -29,6 +29,7 @@ func TestQueryVocabulary(t *testing.T) {
 		{"GuestHostKey", GuestHostKey("110", "ssh-ed25519"), "qm guest exec 110 -- cat /etc/ssh/ssh_host_ed25519_key.pub"},
 		{"FileSHA256AndSize", FileSHA256AndSize("/s/snap"), `sh -c 'sha256sum < "$1" | cut -d'\'' '\'' -f1; stat -c %s -- "$1"' sh /s/snap`},
 		{"VerifiedSHA256", VerifiedSHA256("/i.img"), "sh -c 'if read -r sum size mtime < \"$1.sha256\" 2>/dev/null &&\n  [ \"$(stat -c '\\''%s %.9Y'\\'' -- \"$1\" 2>/dev/null)\" = \"$size $mtime\" ]; then\n  echo \"$sum\"\nelif [ -e \"$1\" ]; then\n  sha256sum < \"$1\" | cut -d'\\'' '\\'' -f1\nfi' sh /i.img"},
+		{"EncryptionConfigSummary", EncryptionConfigSummary("/c.json"), "sh -c '[ -e \"$1\" ] || exit 0\nsum=$(sha256sum < \"$1\" | cut -d'\\'' '\\'' -f1) || exit 1\nfirst=$(grep -o '\\''\"providers\":\\[{\"[a-z]*\"'\\'' \"$1\" | head -n 1 | sed '\\''s/.*{\"//; s/\"$//'\\'')\necho \"$sum ${first:-unknown}\"' sh /c.json"},
 		{"FileContent", FileContent("/etc/rancher/k3s/config.yaml"), "cat -- /etc/rancher/k3s/config.yaml"},
 		{"FileModTime", FileModTime("/etc/rancher/k3s/config.yaml"), "stat -c %.9Y -- /etc/rancher/k3s/config.yaml"},
 		{"ServiceActive", ServiceActive("k3s"), "systemctl is-active k3s"},

@@ -12,7 +12,7 @@ var costs = map[string]float64{
 	"TestHAGrowth":                    219,
 	"TestBackupRestore":               179,
 	"TestLabChartsAndOperator":        153,
-	"TestK3sPhase":                    146,
+	"TestK3sPhase":                    250,
 	"TestUpgradePlan":                 145,
 	"TestFaultsInTurn":                129,
 	"TestPlanAndStatusWriteNothing":   123,

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -49,10 +50,43 @@ func lastJSON(t *testing.T, out string) map[string]any {
 func TestK3sPhase(t *testing.T) {
 	t.Parallel()
 	e := start(t)
+	vmRun := e.apply("--tags", "vm")
+	mustSucceed(t, vmRun, "the vm phase")
+	// A cluster k3s initialised without secrets-encryption (as mgmtctl
+	// made them before it turned it on): config.yaml without it, the
+	// pinned k3s installed by hand, a Secret written in clear.
+	mustSucceed(t, e.vmSSH(`sudo mkdir -p /etc/rancher/k3s && printf '%s\n' 'cluster-init: true' 'disable:' '  - traefik' 'tls-san:' '  - "192.0.2.50"' 'write-kubeconfig-mode: "0600"' | sudo tee /etc/rancher/k3s/config.yaml >/dev/null &&
+sudo sh -c 'curl -sSfL -o /tmp/install.sh https://get.k3s.io && INSTALL_K3S_VERSION=v1.35.7+k3s1 sh /tmp/install.sh'`), "k3s without secrets-encryption")
+	if r := e.kubectl("create", "secret", "generic", "written-in-clear", "--from-literal=k="+configMapMarker); r.Code != 0 {
+		t.Fatalf("a Secret: %+v", r)
+	}
+	// A plain apply turns it on, by k3s's own procedure: enable (the
+	// identity provider), the restart with secrets-encryption,
+	// rotate-keys (a key, every Secret written again).
 	r := e.apply("--tags", "vm,k3s")
 	mustSucceed(t, r, "first apply")
-	if !strings.Contains(r.Stdout, "confirmed by the guest agent") {
+	if !strings.Contains(vmRun.Stdout+r.Stdout, "confirmed by the guest agent") {
 		t.Errorf("host key not cross-checked:\n%s", r.Stdout)
+	}
+	order := []string{"changed: [lab-mgmt] k3s/secrets-encryption-enable: turn secrets-encryption on", "changed: [lab-mgmt] k3s/config: update /etc/rancher/k3s/config.yaml",
+		"changed: [lab-mgmt] k3s/restart-k3s: restart k3s", "changed: [lab-mgmt] k3s/secrets-encryption-rotate-keys: encrypt every Secret", "ok: [lab-mgmt] k3s/restart-k3s-for-key"}
+	for i := 1; i < len(order); i++ {
+		if a, b := strings.Index(r.Stdout, order[i-1]), strings.Index(r.Stdout, order[i]); a < 0 || b < a {
+			t.Errorf("secrets-encryption turned on: %q then %q:\n%s", order[i-1], order[i], r.Stdout)
+		}
+	}
+	var enc struct {
+		Stage     string `json:"stage"`
+		Enable    *bool  `json:"enable"`
+		HashMatch bool   `json:"hashmatch"`
+		ActiveKey string `json:"activekey"`
+	}
+	if st := e.vmSSH("sudo k3s secrets-encrypt status -o json"); json.Unmarshal([]byte(st.Stdout), &enc) != nil || enc.Enable == nil || !*enc.Enable ||
+		enc.Stage != "reencrypt_finished" || !enc.HashMatch || !strings.HasPrefix(enc.ActiveKey, "AES-CBC aescbckey-") {
+		t.Errorf("k3s secrets-encrypt status: %+v", st)
+	}
+	if r := e.kubectl("get", "secret", "written-in-clear", "-o", "jsonpath={.data.k}"); r.Stdout != base64.StdEncoding.EncodeToString([]byte(configMapMarker)) {
+		t.Errorf("the Secret written before: %+v", r)
 	}
 	r = e.apply("--tags", "vm,k3s", "-o", "json", "--detailed-exitcode")
 	mustSucceed(t, r, "second apply")
@@ -65,8 +99,11 @@ func TestK3sPhase(t *testing.T) {
 	if r := e.vmSSH("sudo cat /etc/rancher/k3s/config.yaml; sudo stat -c %a /etc/rancher/k3s/k3s.yaml"); !strings.Contains(r.Stdout, "tls-san:\n  - \"192.0.2.50\"\n") || !strings.HasSuffix(r.Stdout, "600\n") {
 		t.Errorf("config: %+v", r)
 	}
-	if n := strings.Count(e.k3sLog(), " start"); n != 1 {
-		t.Errorf("k3s started %d times:\n%s", n, e.k3sLog())
+	// Started by the installer, then restarted once, with
+	// secrets-encryption: rotate-keys needs no restart of the server it
+	// ran on.
+	if n, m := strings.Count(e.k3sLog(), " start"), strings.Count(e.k3sLog(), " restart"); n != 2 || m != 1 {
+		t.Errorf("k3s started %d times, restarted %d:\n%s", n, m, e.k3sLog())
 	}
 
 	// A new pin upgrades k3s, after a backup to the laptop (its snapshot

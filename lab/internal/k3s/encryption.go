@@ -36,9 +36,22 @@ const aescbcKeySize = 32
 
 // genEncryptionConfig writes the config at path unless one is there
 // (from the bootstrap data, or an earlier start); made says it wrote one.
+// A config with no state beside it (one `k3s secrets-encrypt enable`
+// wrote on a server started without secrets-encryption) gets its state,
+// "start-<hash>" (upstream: "On upgrade from older versions, the
+// encryption hash may not exist, create it").
 func genEncryptionConfig(path string) (made bool, err error) {
 	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
-		return false, nil
+		state := filepath.Join(filepath.Dir(path), "encryption-state.json")
+		if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false, err
+		}
+		h := sha256.Sum256(b)
+		return false, writeFile(state, []byte("start-"+hex.EncodeToString(h[:])), 0o600)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}

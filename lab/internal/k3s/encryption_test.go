@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -59,5 +60,57 @@ func TestSecretsEncryption(t *testing.T) {
 	made, err = genEncryptionConfig(path)
 	if again, _ := os.ReadFile(path); err != nil || made || string(again) != string(b) {
 		t.Errorf("second start: made %v, %v, the key changed: %v", made, err, string(again) != string(b))
+	}
+}
+
+// TestIdentityConfigGetsItsState: the identity-only config `k3s
+// secrets-encrypt enable` writes on a server started without
+// secrets-encryption has no state beside it; the first start with
+// secrets-encryption keeps the config and writes its state,
+// "start-<sha256 of the config>", as upstream does for a config from an
+// older version.
+func TestIdentityConfigGetsItsState(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, encryptionConfigFile)
+	if err := writeEncryptionConfig(path, []apiserverconfigv1.ProviderConfiguration{{Identity: &apiserverconfigv1.IdentityConfiguration{}}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), `"providers":[{"identity":{}}]`) {
+		t.Fatalf("identity config: %s", b)
+	}
+	made, err := genEncryptionConfig(path)
+	if again, _ := os.ReadFile(path); err != nil || made || string(again) != string(b) {
+		t.Fatalf("made %v, %v, config %s", made, err, again)
+	}
+	h := sha256.Sum256(b)
+	if state, _ := os.ReadFile(filepath.Join(dir, "cred", "encryption-state.json")); string(state) != "start-"+hex.EncodeToString(h[:]) {
+		t.Errorf("state: %q", state)
+	}
+}
+
+// TestStatusText: the status's text as upstream's CLI prints it, and its
+// JSON with -o json.
+func TestStatusText(t *testing.T) {
+	yes, no := true, false
+	for _, c := range []struct {
+		st   encryptionState
+		want string
+	}{
+		{encryptionState{}, "Encryption Status: Disabled, no configuration file found\n"},
+		{encryptionState{Enable: &no, Stage: "start", HashMatch: true}, "Encryption Status: Disabled\nCurrent Rotation Stage: start\nServer Encryption Hashes: All hashes match\n\nActive  Key Type  Name\n------  --------  ----\n\n"},
+		{encryptionState{Enable: &yes, Stage: "reencrypt_finished", HashError: "hash does not match between a and b", ActiveKey: "AES-CBC aescbckey-1"},
+			"Encryption Status: Enabled\nCurrent Rotation Stage: reencrypt_finished\nServer Encryption Hashes: hash does not match between a and b\n\nActive  Key Type  Name\n------  --------  ----\n *      AES-CBC   AES-CBC aescbckey-1\n\n"},
+	} {
+		var b strings.Builder
+		printStatus(&b, c.st, "")
+		if b.String() != c.want {
+			t.Errorf("%+v:\n%q\nwant\n%q", c.st, b.String(), c.want)
+		}
+	}
+	var b strings.Builder
+	printStatus(&b, encryptionState{Enable: &yes, Stage: "start", HashMatch: true}, "json")
+	if b.String() != "{\n\t\"stage\": \"start\",\n\t\"activekey\": \"\",\n\t\"enable\": true,\n\t\"hashmatch\": true\n}\n" {
+		t.Errorf("json: %q", b.String())
 	}
 }

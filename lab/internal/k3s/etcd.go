@@ -122,7 +122,7 @@ func writeToken(token string) error {
 // that joins or restores reads the Secrets the others wrote. Paths are
 // under DataDir.
 var bootstrapFiles = []string{"tls/server-ca/ca.crt", "tls/server-ca/ca.key", "tls/client-ca/ca.crt", "tls/client-ca/ca.key",
-	"tls/request-header-ca/ca.crt", "tls/request-header-ca/ca.key", "tls/service.key", encryptionConfigFile}
+	"tls/request-header-ca/ca.crt", "tls/request-header-ca/ca.key", "tls/service.key", encryptionConfigFile, encryptionStateFile}
 
 func bootstrapKey(token string) string {
 	h := sha256.Sum256([]byte(password(token)))
@@ -193,7 +193,7 @@ func loadBootstrap(ctx context.Context, token, dir string, log io.Writer) (found
 		}
 		for name, b := range files {
 			mode := os.FileMode(0o644)
-			if strings.HasSuffix(name, ".key") || name == encryptionConfigFile {
+			if strings.HasSuffix(name, ".key") || name == encryptionConfigFile || name == encryptionStateFile {
 				mode = 0o600
 			}
 			if err := writeFile(filepath.Join(dir, name), b, mode); err != nil {

@@ -61,6 +61,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "etcd-snapshot":
 		return EtcdSnapshot(args[1:], stdout, stderr)
+	case "secrets-encrypt":
+		return SecretsEncrypt(args[1:], stdout, stderr)
 	case "server":
 		if err := Server(args[1:], stderr); err != nil {
 			fmt.Fprintf(stderr, "level=fatal msg=%q\n", err.Error())

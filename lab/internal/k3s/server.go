@@ -280,6 +280,20 @@ func Server(args []string, log io.Writer) error {
 		if err := kl.Register(ctx); err != nil {
 			return err
 		}
+		// k3s pkg/server/server.go, setNodeLabelsAndAnnotations: a
+		// server with secrets-encryption puts its stage and config
+		// hash on its node, which secrets-encrypt compares.
+		if encryption != "" {
+			if err := bootstrapAnnotation(ctx, cs, hostname); err != nil {
+				return err
+			}
+		}
+	}
+	// What `k3s secrets-encrypt` asks the running server (secretsencrypt.go).
+	if b, err := json.Marshal(running{EncryptSecrets: encryption != ""}); err == nil {
+		if err := writeFile(filepath.Join(DataDir, runningFile), b, 0o600); err != nil {
+			return err
+		}
 	}
 	// k3s's rolebindings.yaml: the API server may use the kubelets' API.
 	if err := kubeletAPIAdmin(ctx, cs); err != nil {
