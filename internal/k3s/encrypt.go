@@ -192,9 +192,29 @@ type KeyRestart struct {
 	// VMs are the cluster's servers, for the check run before
 	// rotate-keys has made the key.
 	VMs []*VM
+	// restarted is set once this run restarted k3s here (Finish): only
+	// then is the node waited for, so that a converged run reads nothing
+	// more for this step than its Check did.
+	restarted bool
 }
 
 var _ step.Waiter = (*KeyRestart)(nil)
+
+// Observe implements step.Waiter: the node, once k3s was restarted here.
+func (s *KeyRestart) Observe(ctx context.Context) (bool, string, error) {
+	if !s.restarted {
+		return true, "", nil
+	}
+	return s.NodeReady.Observe(ctx)
+}
+
+// Wait implements step.Waiter.
+func (s *KeyRestart) Wait(ctx context.Context) error {
+	if !s.restarted {
+		return nil
+	}
+	return s.NodeReady.Wait(ctx)
+}
 
 // ID implements step.Step.
 func (s *KeyRestart) ID() string { return "restart-k3s-for-key" }
@@ -252,5 +272,6 @@ func (s *KeyRestart) Finish(ctx context.Context, out []remote.Result, err error)
 	if err != nil {
 		return fmt.Errorf("restart k3s: %w", err)
 	}
+	s.restarted = true
 	return nil
 }

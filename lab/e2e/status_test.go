@@ -46,11 +46,11 @@ func (e *env) convergedStatus(t *testing.T) {
 	// One line per step of every phase (the backup apply takes before a
 	// risky change is no step of a converged run), and the three only
 	// status makes.
-	if code != 0 || !rep.Healthy || len(rep.Checks) != 38 {
+	if code != 0 || !rep.Healthy || len(rep.Checks) != 41 {
 		t.Fatalf("converged: exit %d\n%s", code, out)
 	}
 	// The server's version is the pinned k3s release, as real k3s reports.
-	if r := e.mgmtctl("status"); r.Code != 0 || !strings.Contains(r.Stdout, "healthy: 38 checks ok, and as configured") || !strings.Contains(r.Stdout, "(Kubernetes v1.35.7+k3s1)") {
+	if r := e.mgmtctl("status"); r.Code != 0 || !strings.Contains(r.Stdout, "healthy: 41 checks ok, and as configured") || !strings.Contains(r.Stdout, "(Kubernetes v1.35.7+k3s1)") {
 		t.Errorf("text: %+v", r)
 	}
 	if after := e.clusterState(); after != before {
