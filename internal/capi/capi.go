@@ -71,6 +71,12 @@ type Cluster struct {
 	// TokenSecret is PROXMOX_SECRET; it reaches the cluster only inside
 	// the variables Secret.
 	TokenSecret string
+	// ProxmoxCA is what CAPMOX verifies the API's certificate against
+	// beside the system's roots (PEM): spec.proxmox.caFile's CA, or the
+	// certificate spec.proxmox.fingerprint pins; nil: the system's roots
+	// alone. SkipTLSVerify, the user's explicit choice, verifies nothing.
+	ProxmoxCA     []byte
+	SkipTLSVerify bool
 	// Timeout bounds each provider's wait; zero means ProviderTimeout.
 	Timeout time.Duration
 }
@@ -114,6 +120,11 @@ func (c *Cluster) Variables(p Provider) map[string]string {
 	}
 	if p.Type == config.ProviderInfrastructure {
 		vars["PROXMOX_URL"], vars["PROXMOX_TOKEN"], vars["PROXMOX_SECRET"] = c.ProxmoxURL, c.TokenID, c.TokenSecret
+		if c.ProxmoxCA != nil && !c.SkipTLSVerify {
+			// Mounted from this Secret as CAPMOX's root-cert file
+			// (tls.go); a new CA is a new Secret, so a new Deployment.
+			vars[RootCAVariable] = string(c.ProxmoxCA)
+		}
 	}
 	if len(vars) == 0 {
 		return nil
@@ -145,8 +156,12 @@ func variablesFor(p Provider) string { return strings.ToLower(p.Kind.Kind) + "."
 // Desired is the provider CR mgmtctl applies.
 func (c *Cluster) Desired(p Provider) *unstructured.Unstructured {
 	spec := map[string]any{"version": p.Version}
-	if vars := c.Variables(p); vars != nil {
+	vars := c.Variables(p)
+	if vars != nil {
 		spec["configSecret"] = map[string]any{"name": SecretName(p, vars), "namespace": p.Namespace}
+	}
+	if p.Type == config.ProviderInfrastructure {
+		c.capmoxTLS(spec, SecretName(p, vars))
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": Group + "/" + Version, "kind": p.Kind.Kind,

@@ -3,16 +3,23 @@ package capi
 import (
 	"context"
 	"errors"
+	"flag"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/pve"
 )
+
+var update = flag.Bool("update", false, "rewrite the golden files")
 
 const secret = "01234567-89ab-4cde-8f01-23456789abcd"
 
@@ -110,7 +117,7 @@ func TestCheckToken(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			api := pve.ReadOnly(pve.New(srv.URL+"/", "capmox@pve!capi", tt.secret, srv.Client()))
-			v, err := checkToken(context.Background(), api, srv.URL+"/", "capmox@pve!capi", "secrets.yaml")
+			v, err := checkToken(context.Background(), api, srv.URL+"/", "capmox@pve!capi", "secrets.yaml", nil)
 			var rej *TokenRejectedError
 			if errors.As(err, &rej) != tt.rejected || v != tt.want {
 				t.Fatalf("got %q, %v", v, err)
@@ -166,5 +173,49 @@ func TestConditionOfWhichGeneration(t *testing.T) {
 	}
 	if _, _, ok := st.FailingAt(6); ok {
 		t.Error("a condition of generation 5 reported for 6")
+	}
+}
+
+// TestCAPMOXTLS: the proxmox provider's CR tells CAPMOX to verify the
+// API's certificate: against the system's roots (PROXMOX_INSECURE=false
+// alone), against a CA (the flag, and the variables Secret's CA key
+// mounted beside the release's volumes by an RFC 6902 patch, which
+// appends where a merge patch would replace the lists), or, the user's
+// explicit choice, not at all. A new CA is a new variables Secret.
+func TestCAPMOXTLS(t *testing.T) {
+	ca := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	for _, c := range []struct {
+		golden string
+		ca     []byte
+		skip   bool
+	}{
+		{"capmox-system-roots.yaml", nil, false},
+		{"capmox-ca.yaml", []byte(ca), false},
+		{"capmox-skip-verify.yaml", []byte(ca), true},
+	} {
+		cl := cluster()
+		cl.ProxmoxCA, cl.SkipTLSVerify = c.ca, c.skip
+		infra := cl.Providers()[1]
+		b, err := yaml.Marshal(cl.Desired(infra).Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join("testdata", c.golden)
+		if *update {
+			os.MkdirAll("testdata", 0o755)
+			os.WriteFile(p, b, 0o644)
+		}
+		if want, err := os.ReadFile(p); err != nil || string(want) != string(b) {
+			t.Errorf("%s: got\n%s", c.golden, b)
+		}
+		vars := cl.Variables(infra)
+		if _, has := vars[RootCAVariable]; has != (c.ca != nil && !c.skip) {
+			t.Errorf("%s: the variables hold the CA: %v", c.golden, has)
+		}
+	}
+	a, b := cluster(), cluster()
+	a.ProxmoxCA, b.ProxmoxCA = []byte(ca), []byte(ca+ca)
+	if in := a.Providers()[1]; SecretName(in, a.Variables(in)) == SecretName(in, b.Variables(in)) {
+		t.Error("another CA, the same variables Secret")
 	}
 }

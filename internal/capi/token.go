@@ -26,10 +26,13 @@ func (e *TokenRejectedError) Error() string {
 // authenticates ("Authorization: PVEAPIToken=<id>=<secret>"), and
 // returns the Proxmox VE version; a refused secret is a
 // *TokenRejectedError.
-func checkToken(ctx context.Context, api pve.Reader, apiURL, tokenID, source string) (string, error) {
+func checkToken(ctx context.Context, api pve.Reader, apiURL, tokenID, source string, ca []byte) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	v, err := api.Version(ctx)
+	if ue := pveaccess.Untrusted(err, strings.TrimSuffix(apiURL, "/"), ca); ue != nil {
+		return "", ue
+	}
 	var ae *pve.APIError
 	if errors.As(err, &ae) && (ae.Unauthenticated() || ae.Forbidden()) {
 		return "", &TokenRejectedError{URL: strings.TrimSuffix(apiURL, "/"), TokenID: tokenID, Source: source, Status: ae.Status}
@@ -69,17 +72,21 @@ func (s *Token) Host() string { return s.C.Name }
 
 // Check implements step.Step.
 func (s *Token) Check(ctx context.Context) (step.Plan, error) {
-	v, err := checkToken(ctx, s.API, s.C.ProxmoxURL, s.C.TokenID, s.Source)
+	v, err := checkToken(ctx, s.API, s.C.ProxmoxURL, s.C.TokenID, s.Source, s.C.ProxmoxCA)
 	if err != nil {
 		return step.Plan{}, err
 	}
 	note := fmt.Sprintf("token %s accepted by %s (Proxmox VE %s)", s.C.TokenID, s.C.ProxmoxURL, v)
+	var warnings []string
+	if s.C.SkipTLSVerify {
+		warnings = append(warnings, "CAPMOX does not verify the Proxmox API's certificate (spec.proxmox.capmoxSkipTLSVerify): whatever answers at "+s.C.ProxmoxURL+" gets its token")
+	}
 	if s.Needs == nil {
-		return step.Plan{Note: note}, nil
+		return step.Plan{Note: note, Warnings: warnings}, nil
 	}
 	major, ok := pveaccess.Known(pveaccess.Major(v))
 	if !ok {
-		return step.Plan{Note: note, Warnings: []string{fmt.Sprintf("the token's privileges are not checked on Proxmox VE %s: mgmtctl knows those of PVE %d and %d", v, pveaccess.Versions[0], pveaccess.Versions[len(pveaccess.Versions)-1])}}, nil
+		return step.Plan{Note: note, Warnings: append(warnings, fmt.Sprintf("the token's privileges are not checked on Proxmox VE %s: mgmtctl knows those of PVE %d and %d", v, pveaccess.Versions[0], pveaccess.Versions[len(pveaccess.Versions)-1]))}, nil
 	}
 	missing, err := pveaccess.MissingFrom(ctx, s.Needs(major), s.API.Permissions)
 	if err != nil {
@@ -88,5 +95,5 @@ func (s *Token) Check(ctx context.Context) (step.Plan, error) {
 	if len(missing) > 0 {
 		return step.Plan{}, &pveaccess.MissingError{TokenID: s.C.TokenID, Version: v, For: "CAPMOX", Missing: missing}
 	}
-	return step.Plan{Note: note + ", with every privilege CAPMOX needs"}, nil
+	return step.Plan{Note: note + ", with every privilege CAPMOX needs", Warnings: warnings}, nil
 }

@@ -73,6 +73,12 @@ type Proxmox struct {
 	// info` prints it. Neither: the laptop's trust store.
 	CAFile      string `yaml:"caFile"`
 	Fingerprint string `yaml:"fingerprint"`
+	// CAPMOXSkipTLSVerify gives CAPMOX its own default back
+	// (PROXMOX_INSECURE=true: the API's certificate unverified); every
+	// run warns. Without it CAPMOX verifies the API's certificate as
+	// mgmtctl does: against CAFile's CA, the pinned certificate, or the
+	// system's roots.
+	CAPMOXSkipTLSVerify bool `yaml:"capmoxSkipTLSVerify"`
 
 	// CA is CAFile's content, read by Load once the file is valid.
 	CA []byte `yaml:"-"`

@@ -406,7 +406,7 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 	px := c.Spec.Proxmox
 	cl := &capi.Cluster{Name: c.Metadata.Name, Configured: c.Spec.Providers, ProxmoxURL: px.APIURL, TokenID: px.TokenID,
 		TokenSecret: s.Config.Secrets.Proxmox.TokenSecret, Timeout: s.WaitTimeout,
-		API: func() *kube.Reader { return a.Reader() }}
+		API: func() *kube.Reader { return a.Reader() }, ProxmoxCA: px.CA, SkipTLSVerify: px.CAPMOXSkipTLSVerify}
 	steps := []step.Step{
 		&capi.Token{C: cl, Source: s.Config.SecretSource, API: pve.ReadOnly(pve.New(px.APIURL, px.TokenID, s.Config.Secrets.Proxmox.TokenSecret, s.ProxmoxHTTP())), Needs: func(major int) []pveaccess.Grant {
 			return pveaccess.CAPMOX(major, c.Spec.Proxmox.Storage, c.Spec.VM.Bridge)
@@ -426,6 +426,15 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 	return step.Phase{
 		Tag: step.TagCAPI,
 		Prepare: func(ctx context.Context) (string, error) {
+			if px.Fingerprint != "" && !px.CAPMOXSkipTLSVerify {
+				// CAPMOX trusts the certificate mgmtctl pins: read
+				// through the pinned client, so it is that one.
+				pinned, err := pveaccess.ServedCertificate(ctx, s.ProxmoxHTTP(), px.APIURL)
+				if err != nil {
+					return c.Metadata.Name, err
+				}
+				cl.ProxmoxCA = pinned
+			}
 			err := a.Connect(ctx)
 			if vm := a.VM(); vm != nil {
 				snap.Host = vm

@@ -2,15 +2,22 @@ package pveaccess
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"flag"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -147,5 +154,38 @@ func TestKnown(t *testing.T) {
 		if _, ok := Known(in); ok {
 			t.Errorf("PVE %d known", in)
 		}
+	}
+}
+
+// TestServedAndUntrusted: the certificate read through a pinned client is
+// the pinned one (the one CAPMOX is given); a CA that does not verify the
+// served certificate is an *UntrustedError naming both fingerprints,
+// whatever else failed is not.
+func TestServedAndUntrusted(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusUnauthorized) }))
+	defer srv.Close()
+	// httptest's servers share one certificate: another CA is made here.
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	otherDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := Fingerprint(srv.Certificate().Raw)
+	c, _ := HTTPClient(nil, fp)
+	got, err := ServedCertificate(context.Background(), c, srv.URL+"/")
+	if b, _ := pem.Decode(got); err != nil || b == nil || Fingerprint(b.Bytes) != fp {
+		t.Fatalf("served: %q, %v", got, err)
+	}
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: otherDER})
+	c, _ = HTTPClient(ca, "")
+	_, err = c.Get(srv.URL)
+	ue := Untrusted(err, srv.URL, ca)
+	if ue == nil || ue.Served != fp || ue.CA != Fingerprint(otherDER) || !strings.Contains(ue.Error(), fp) {
+		t.Fatalf("untrusted: %v (%v)", ue, err)
+	}
+	if Untrusted(errors.New("connection refused"), srv.URL, ca) != nil || Untrusted(err, srv.URL, nil) != nil {
+		t.Error("another error, or no CA, is not a CA's refusal")
 	}
 }

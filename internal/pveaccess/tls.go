@@ -1,10 +1,12 @@
 package pveaccess
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -65,4 +67,55 @@ type FingerprintError struct{ Got, Want string }
 
 func (e *FingerprintError) Error() string {
 	return fmt.Sprintf("the Proxmox API's certificate has SHA-256 fingerprint %s, not spec.proxmox.fingerprint %s: if the node's certificate was renewed, check the new one on the node (pvenode cert info) and pin it", e.Got, e.Want)
+}
+
+// ServedCertificate is the certificate the API at apiURL serves, read
+// through hc (so verified as hc verifies: by the pinned fingerprint, for
+// the one use it has, CAPMOX's trust in that same certificate), as PEM.
+// The request carries no credentials; the API's answer (401) is not read.
+func ServedCertificate(ctx context.Context, hc *http.Client, apiURL string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(apiURL, "/")+"/api2/json/version", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the Proxmox API's certificate: %w", err)
+	}
+	resp.Body.Close()
+	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+		return nil, fmt.Errorf("the Proxmox API at %s sent no certificate", apiURL)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: resp.TLS.PeerCertificates[0].Raw}), nil
+}
+
+// UntrustedError is the API's certificate refused by the configured CA:
+// CAPMOX, which verifies it against the same CA, would refuse it too.
+type UntrustedError struct {
+	URL string
+	// Served is the served certificate's fingerprint, CA the configured
+	// CA's (of its first certificate).
+	Served, CA string
+	Err        error
+}
+
+func (e *UntrustedError) Error() string {
+	return fmt.Sprintf("the Proxmox API at %s serves a certificate (SHA-256 %s) that spec.proxmox.caFile's CA (SHA-256 %s) does not verify (%v): put the CA that signed it (the node's /etc/pve/pve-root-ca.pem) in caFile, or pin the certificate with spec.proxmox.fingerprint; CAPMOX, which verifies it the same way, is left as it is",
+		e.URL, e.Served, e.CA, e.Err)
+}
+
+func (e *UntrustedError) Unwrap() error { return e.Err }
+
+// Untrusted returns err as an *UntrustedError when it is the TLS
+// handshake refusing the API's certificate for ca (PEM); otherwise nil.
+func Untrusted(err error, apiURL string, ca []byte) *UntrustedError {
+	var ve *tls.CertificateVerificationError
+	if len(ca) == 0 || !errors.As(err, &ve) || len(ve.UnverifiedCertificates) == 0 {
+		return nil
+	}
+	caFP := "(none)"
+	if b, _ := pem.Decode(ca); b != nil {
+		caFP = Fingerprint(b.Bytes)
+	}
+	return &UntrustedError{URL: apiURL, Served: Fingerprint(ve.UnverifiedCertificates[0].Raw), CA: caFP, Err: ve.Err}
 }

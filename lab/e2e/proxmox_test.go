@@ -1,14 +1,23 @@
 package e2e
 
 import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
@@ -18,7 +27,10 @@ var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}
 // they make a token with privilege separation that apply accepts. With
 // one privilege taken from its role, apply names it, the path and the
 // command that grants it, exits 1 and changes nothing; that command
-// fixes it. The token's secret is printed by no mgmtctl output.
+// fixes it. The token's secret is printed by no mgmtctl output. The API's
+// certificate pinned by its fingerprint is what CAPMOX verifies it
+// against too; a CA that did not sign it stops the run before CAPMOX is
+// touched.
 func TestProxmoxRole(t *testing.T) {
 	t.Parallel()
 	e := startConverged(t)
@@ -99,8 +111,55 @@ func TestProxmoxRole(t *testing.T) {
 	if r.Code == 0 || !strings.Contains(r.Stderr, "the Proxmox API's certificate has SHA-256 fingerprint "+fp+", not spec.proxmox.fingerprint "+wrong) {
 		t.Errorf("apply with another fingerprint pinned: exit %d\n%s", r.Code, r.Stderr)
 	}
+	// Pinned, the certificate is CAPMOX's trust too: the operator's
+	// Deployment verifies (PROXMOX_INSECURE=false) against it, mounted
+	// from the variables Secret as --proxmox-root-cert-file, and the lab's
+	// CAPMOX, verifying, starts and is Ready.
 	e.editConfig(wrong, fp)
+	r = e.apply()
+	mustSucceed(t, r, "apply with the node's fingerprint pinned")
+	if !strings.Contains(r.Stdout, "changed: [lab-mgmt] capi/provider-infrastructure: update InfrastructureProvider capmox-system/proxmox") {
+		t.Errorf("apply with the node's fingerprint pinned:\n%s", r.Stdout)
+	}
+	deploy := func(path string) string {
+		return e.adminKubectl("get", "deploy", "-n", "capmox-system", "capmox-controller-manager", "-o", "jsonpath="+path).Stdout
+	}
+	if got := deploy(`{.spec.template.spec.containers[0].env[?(@.name=="PROXMOX_INSECURE")].value} {.spec.template.spec.containers[0].args}`); !strings.HasPrefix(got, "false ") ||
+		!strings.Contains(got, "--proxmox-root-cert-file=/etc/capmox/proxmox/root-ca.pem") {
+		t.Errorf("CAPMOX's Deployment: %q", got)
+	}
+	secretName := deploy(`{.spec.template.spec.volumes[?(@.name=="proxmox-root-ca")].secret.secretName}`)
+	ca, err := base64.StdEncoding.DecodeString(e.adminKubectl("get", "secret", "-n", "capmox-system", secretName, "-o", "jsonpath={.data.PROXMOX_ROOT_CA}").Stdout)
+	if b, _ := pem.Decode(ca); err != nil || b == nil || !bytes.Equal(b.Bytes, block.Bytes) {
+		t.Errorf("CAPMOX's root-cert file (Secret %q) is not the pinned certificate: %q", secretName, ca)
+	}
 	if got := recap(t, e.apply()); !strings.Contains(got, "changed=0") {
-		t.Errorf("apply with the node's fingerprint pinned: %s", got)
+		t.Errorf("apply again with the node's fingerprint pinned: %s", got)
+	}
+
+	// A CA that did not sign the API's certificate: the capi phase stops
+	// before CAPMOX is changed, naming both fingerprints.
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "not the node's CA"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	otherDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA := filepath.Join(e.LaptopHome(), "other-ca.pem")
+	os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: otherDER}), 0o644)
+	otherSum := sha256.Sum256(otherDER)
+	var otherParts []string
+	for _, b := range otherSum {
+		otherParts = append(otherParts, fmt.Sprintf("%02X", b))
+	}
+	generation := deploy("{.metadata.generation}")
+	e.editConfig("    fingerprint: "+fp, "    caFile: "+otherCA)
+	r = e.apply()
+	if r.Code != 1 || !strings.Contains(r.Stderr, "serves a certificate (SHA-256 "+fp+") that spec.proxmox.caFile's CA (SHA-256 "+strings.Join(otherParts, ":")+") does not verify") {
+		t.Errorf("apply with another CA: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if got := deploy("{.metadata.generation}"); got != generation {
+		t.Errorf("CAPMOX's Deployment changed (generation %s, then %s)", generation, got)
 	}
 }

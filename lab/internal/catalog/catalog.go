@@ -293,8 +293,75 @@ spec:
         image: %[4]s:%[5]s
         imagePullPolicy: IfNotPresent
         name: manager
-      serviceAccountName: %[6]s
+%[7]s      serviceAccountName: %[6]s
       terminationGracePeriodSeconds: 10
-`, p.Label(), p.Deployment, p.Namespace, p.Image, v, sa)
+%[8]s`, p.Label(), p.Deployment, p.Namespace, p.Image, v, sa, p.managerExtra(), p.podExtra())
 	return b.String()
+}
+
+// managerExtra and podExtra are what CAPMOX's release adds to its
+// manager and pod (cluster-api-provider-proxmox v0.9.0 config/default:
+// manager_credentials_patch.yaml, the env from the credentials Secret;
+// manager_webhook_patch.yaml, the webhook server's certificate, which
+// config/certmanager's Certificate has cert-manager write, and which
+// stays unprefixed), so that the operator's customizations and patches
+// of the Deployment meet what they meet upstream. Only the Certificate
+// of the webhook is kept: no webhook configuration, no Service.
+func (p Provider) managerExtra() string {
+	if len(p.Variables) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("        env:\n")
+	for _, e := range [][2]string{{"PROXMOX_URL", "url"}, {"PROXMOX_TOKEN", "token"}, {"PROXMOX_SECRET", "secret"}} {
+		fmt.Fprintf(&b, "        - name: %s\n          valueFrom:\n            secretKeyRef:\n              key: %s\n              name: capmox-manager-credentials\n", e[0], e[1])
+	}
+	b.WriteString(`        ports:
+        - containerPort: 9443
+          name: webhook-server
+          protocol: TCP
+        volumeMounts:
+        - mountPath: /tmp/k8s-webhook-server/serving-certs
+          name: cert
+          readOnly: true
+`)
+	return b.String()
+}
+
+func (p Provider) podExtra() string {
+	if len(p.Variables) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`      volumes:
+      - name: cert
+        secret:
+          defaultMode: 420
+          secretName: webhook-server-cert
+---
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  labels:
+    cluster.x-k8s.io/provider: %[1]s
+  name: %[2]sselfsigned-issuer
+  namespace: %[3]s
+spec:
+  selfSigned: {}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  labels:
+    cluster.x-k8s.io/provider: %[1]s
+  name: %[2]sserving-cert
+  namespace: %[3]s
+spec:
+  dnsNames:
+  - %[2]swebhook-service.%[3]s.svc
+  - %[2]swebhook-service.%[3]s.svc.cluster.local
+  issuerRef:
+    kind: Issuer
+    name: %[2]sselfsigned-issuer
+  secretName: webhook-server-cert
+`, p.Label(), p.Prefix, p.Namespace)
 }

@@ -2,6 +2,8 @@ package kubelet
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,8 +33,16 @@ func (k *Kubelet) runProvider(ctx context.Context, p *corev1.Pod, st *podState, 
 		if now.Before(st.next) {
 			return
 		}
+		// Its volumes first, as the kubelet mounts them before the
+		// container starts: a Secret not there keeps it creating.
+		binds, _, err := k.volumes(ctx, p, p.Spec.Containers[0])
+		if err != nil {
+			st.waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating", Message: err.Error()}
+			return
+		}
+		st.waiting = nil
 		st.start(now)
-		if msg := k.providerStart(ctx, p); msg != "" {
+		if msg := k.providerStart(ctx, p, st, binds); msg != "" {
 			st.exit(now, 1, msg)
 			k.logf("provider pod %s/%s: %s", p.Namespace, p.Name, msg)
 			return
@@ -56,7 +66,7 @@ func (k *Kubelet) neverReady(p *corev1.Pod) bool {
 
 // providerStart is how the provider's manager fares at start: "" when it
 // runs, else why it exited.
-func (k *Kubelet) providerStart(ctx context.Context, p *corev1.Pod) string {
+func (k *Kubelet) providerStart(ctx context.Context, p *corev1.Pod, st *podState, binds []bind) string {
 	prov, _ := catalog.ByLabel(p.Labels[ProviderLabel])
 	if len(prov.Variables) == 0 {
 		return ""
@@ -65,7 +75,68 @@ func (k *Kubelet) providerStart(ctx context.Context, p *corev1.Pod) string {
 	if err != nil {
 		return "manager not started: " + err.Error()
 	}
-	return checkProxmox(ctx, k.HTTP, sec)
+	hc, msg := capmoxHTTP(k.HTTP, k.containerEnv(p, st, p.Spec.Containers[0]), p.Spec.Containers[0].Args, binds)
+	if msg != "" {
+		return msg
+	}
+	return checkProxmox(ctx, hc, sec)
+}
+
+// capmoxHTTP is the client CAPMOX's manager builds for the Proxmox API
+// (v0.9.0 cmd/main.go setupProxmoxClient, initFlagsAndEnv; internal/
+// tlshelper/roots.go SystemRootsWithFile): the certificate unverified
+// unless PROXMOX_INSECURE is other than "true" (unset is "true"); when
+// verified, against the system's roots plus the PEM of
+// --proxmox-root-cert-file, read where the container sees it (its
+// volumes' binds). A file it cannot read, or that holds no certificate,
+// ends the start as main words it. base carries the lab's dialing.
+func capmoxHTTP(base *http.Client, env map[string]string, args []string, binds []bind) (*http.Client, string) {
+	insecure := true
+	if v, ok := env["PROXMOX_INSECURE"]; ok {
+		insecure = v == "true"
+	}
+	file := ""
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--proxmox-root-cert-file="); ok {
+			file = v
+		} else if a == "--proxmox-root-cert-file" && i+1 < len(args) {
+			file = args[i+1]
+		}
+	}
+	var roots *x509.CertPool
+	if file != "" {
+		pemBlock, err := os.ReadFile(inContainer(file, binds))
+		if err != nil {
+			return nil, "unable to setup proxmox API client: loading cert pool: loading certificate file: " + err.Error()
+		}
+		if len(pemBlock) > 0 {
+			if roots, err = x509.SystemCertPool(); err != nil {
+				roots = x509.NewCertPool()
+			}
+			if !roots.AppendCertsFromPEM(pemBlock) {
+				return nil, "unable to setup proxmox API client: loading cert pool: certificate was not appended"
+			}
+		}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if base != nil {
+		if t, ok := base.Transport.(*http.Transport); ok {
+			tr = t.Clone()
+		}
+	}
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: insecure, RootCAs: roots} //nolint:gosec // CAPMOX's own default, which mgmtctl turns off
+	return &http.Client{Transport: tr}, ""
+}
+
+// inContainer is where a path the container names is on the lab's disk:
+// under the volume mounted at it, else as it is.
+func inContainer(path string, binds []bind) string {
+	for _, b := range binds {
+		if rel, ok := strings.CutPrefix(path, strings.TrimSuffix(b.mountPath, "/")+"/"); ok {
+			return filepath.Join(b.dir, rel)
+		}
+	}
+	return path
 }
 
 // checkProxmox is CAPMOX's manager start (ionos-cloud/
