@@ -2,16 +2,12 @@ package k3s
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiserverconfigv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 )
 
@@ -42,16 +38,10 @@ const aescbcKeySize = 32
 // encryption hash may not exist, create it").
 func genEncryptionConfig(path string) (made bool, err error) {
 	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
-		state := filepath.Join(filepath.Dir(path), "encryption-state.json")
-		if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(statePath(path)); !errors.Is(err, fs.ErrNotExist) {
 			return false, err
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return false, err
-		}
-		h := sha256.Sum256(b)
-		return false, writeFile(state, []byte("start-"+hex.EncodeToString(h[:])), 0o600)
+		return false, writeStartState(path)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
@@ -59,22 +49,26 @@ func genEncryptionConfig(path string) (made bool, err error) {
 	if _, err := rand.Read(key); err != nil {
 		return false, err
 	}
-	b, err := json.Marshal(apiserverconfigv1.EncryptionConfiguration{
-		TypeMeta: metav1.TypeMeta{Kind: "EncryptionConfiguration", APIVersion: "apiserver.config.k8s.io/v1"},
-		Resources: []apiserverconfigv1.ResourceConfiguration{{
-			Resources: []string{"secrets"},
-			Providers: []apiserverconfigv1.ProviderConfiguration{
-				{AESCBC: &apiserverconfigv1.AESConfiguration{Keys: []apiserverconfigv1.Key{{Name: "aescbckey", Secret: base64.StdEncoding.EncodeToString(key)}}}},
-				{Identity: &apiserverconfigv1.IdentityConfiguration{}},
-			},
-		}},
-	})
+	if err := writeEncryptionConfig(path, []apiserverconfigv1.ProviderConfiguration{
+		{AESCBC: &apiserverconfigv1.AESConfiguration{Keys: []apiserverconfigv1.Key{{Name: "aescbckey", Secret: base64.StdEncoding.EncodeToString(key)}}}},
+		{Identity: &apiserverconfigv1.IdentityConfiguration{}},
+	}); err != nil {
+		return false, err
+	}
+	return true, writeStartState(path)
+}
+
+// statePath is the state file beside the config at path.
+func statePath(config string) string {
+	return filepath.Join(filepath.Dir(config), filepath.Base(encryptionStateFile))
+}
+
+// writeStartState records the config at path as at stage start,
+// "start-<sha256 of the config>".
+func writeStartState(config string) error {
+	h, err := configHash(config)
 	if err != nil {
-		return false, err
+		return err
 	}
-	if err := writeFile(path, b, 0o600); err != nil {
-		return false, err
-	}
-	h := sha256.Sum256(b)
-	return true, writeFile(filepath.Join(filepath.Dir(path), "encryption-state.json"), []byte("start-"+hex.EncodeToString(h[:])), 0o600)
+	return writeFile(statePath(config), []byte("start-"+h), 0o600)
 }

@@ -216,8 +216,10 @@ func (se *encrypter) providers() ([]apiserverconfigv1.ProviderConfiguration, err
 	return c.Resources[0].Providers, nil
 }
 
-func (se *encrypter) configHash() (string, error) {
-	b, err := os.ReadFile(se.config)
+// configHash is GenEncryptionConfigHash: the sha256 of the config file at
+// path, in hex, which the stages' state and annotations carry.
+func configHash(path string) (string, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
@@ -316,7 +318,7 @@ func (se *encrypter) verifyHashes(ctx context.Context, prevStages string) error 
 	if err != nil {
 		return err
 	}
-	want, err := se.configHash()
+	want, err := configHash(se.config)
 	if err != nil {
 		return err
 	}
@@ -331,7 +333,7 @@ func (se *encrypter) verifyHashes(ctx context.Context, prevStages string) error 
 // writeAnnotation is WriteEncryptionHashAnnotation: "<stage>-<config
 // hash>" on this node, and in the state file unless skipFile.
 func (se *encrypter) writeAnnotation(ctx context.Context, stage string, skipFile bool) error {
-	h, err := se.configHash()
+	h, err := configHash(se.config)
 	if err != nil {
 		return err
 	}
