@@ -120,10 +120,10 @@ func (c *Cluster) Variables(p Provider) map[string]string {
 	}
 	if p.Type == config.ProviderInfrastructure {
 		vars["PROXMOX_URL"], vars["PROXMOX_TOKEN"], vars["PROXMOX_SECRET"] = c.ProxmoxURL, c.TokenID, c.TokenSecret
-		if c.ProxmoxCA != nil && !c.SkipTLSVerify {
+		if ca := c.rootCA(); ca != nil {
 			// Mounted from this Secret as CAPMOX's root-cert file
 			// (tls.go); a new CA is a new Secret, so a new Deployment.
-			vars[RootCAVariable] = string(c.ProxmoxCA)
+			vars[RootCAVariable] = string(ca)
 		}
 	}
 	if len(vars) == 0 {
@@ -156,12 +156,13 @@ func variablesFor(p Provider) string { return strings.ToLower(p.Kind.Kind) + "."
 // Desired is the provider CR mgmtctl applies.
 func (c *Cluster) Desired(p Provider) *unstructured.Unstructured {
 	spec := map[string]any{"version": p.Version}
-	vars := c.Variables(p)
-	if vars != nil {
-		spec["configSecret"] = map[string]any{"name": SecretName(p, vars), "namespace": p.Namespace}
+	secret := ""
+	if vars := c.Variables(p); vars != nil {
+		secret = SecretName(p, vars)
+		spec["configSecret"] = map[string]any{"name": secret, "namespace": p.Namespace}
 	}
 	if p.Type == config.ProviderInfrastructure {
-		c.capmoxTLS(spec, SecretName(p, vars))
+		c.capmoxTLS(spec, secret)
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": Group + "/" + Version, "kind": p.Kind.Kind,

@@ -45,7 +45,7 @@ func (c *Cluster) capmoxTLS(spec map[string]any, secret string) {
 	}
 	container := map[string]any{"name": CAPMOXContainer, "env": []any{map[string]any{"name": InsecureEnv, "value": insecure}}}
 	spec["deployment"] = map[string]any{"containers": []any{container}}
-	if c.ProxmoxCA == nil || c.SkipTLSVerify {
+	if c.rootCA() == nil {
 		return
 	}
 	container["args"] = map[string]any{RootCertFlag: RootCertPath}
@@ -61,4 +61,13 @@ func (c *Cluster) capmoxTLS(spec map[string]any, secret string) {
 	b, _ := json.Marshal(ops)
 	spec["patches"] = []any{map[string]any{"patch": string(b),
 		"target": map[string]any{"group": "apps", "version": "v1", "kind": "Deployment", "name": CAPMOXDeployment}}}
+}
+
+// rootCA is the CA CAPMOX is given as its root-cert file: none when it
+// verifies against the system's roots alone, or verifies nothing.
+func (c *Cluster) rootCA() []byte {
+	if c.SkipTLSVerify {
+		return nil
+	}
+	return c.ProxmoxCA
 }

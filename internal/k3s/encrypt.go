@@ -89,15 +89,12 @@ func (s *EnableEncryption) Independent() {}
 
 // Check implements step.Step.
 func (s *EnableEncryption) Check(ctx context.Context) (step.Plan, error) {
-	initialised := false
-	for _, v := range s.VMs {
-		if v.Encryption.Held() {
-			return step.Plan{Note: "the cluster holds a secrets-encryption config"}, nil
-		}
-		initialised = initialised || v.Initialised
+	held, initialised := gathered(s.VMs)
+	if held {
+		return step.Plan{Note: "the cluster holds a secrets-encryption config"}, nil
 	}
 	if !initialised {
-		return step.Plan{Note: "k3s makes the cluster's key as its first server starts"}, nil
+		return step.Plan{Note: firstStartMakesKey}, nil
 	}
 	seed := s.Seed()
 	if seed.Host == nil || !seed.Active {
@@ -154,24 +151,32 @@ func (s *RotateKeys) Check(ctx context.Context) (step.Plan, error) {
 	}
 	if !enc.Held() && !encryptionPending(s.VMs) {
 		// A cluster k3s has not started yet: its first start makes the key.
-		return step.Plan{Note: "k3s makes the cluster's key as its first server starts"}, nil
+		return step.Plan{Note: firstStartMakesKey}, nil
 	}
 	return step.Plan{Changes: []step.Change{{Target: "secrets-encryption", Action: step.Run,
 		Summary: "encrypt every Secret (k3s secrets-encrypt rotate-keys: a new AES-CBC key first, every Secret written again)",
 		Effects: []effect.Effect{seed.run(remote.Command("k3s", "secrets-encrypt", "rotate-keys").AsRoot())}}}}, nil
 }
 
+// firstStartMakesKey is the steps' note on a cluster k3s has not
+// started yet.
+const firstStartMakesKey = "k3s makes the cluster's key as its first server starts"
+
+// gathered says, from what Prepare gathered, whether any server holds an
+// encryption config and whether k3s has run as a server on any.
+func gathered(vms []*VM) (held, initialised bool) {
+	for _, v := range vms {
+		held = held || v.Encryption.Held()
+		initialised = initialised || v.Initialised
+	}
+	return held, initialised
+}
+
 // encryptionPending says the cluster is one EnableEncryption turns
 // secrets-encryption on for: initialised, no server with a config.
 func encryptionPending(vms []*VM) bool {
-	initialised := false
-	for _, v := range vms {
-		if v.Encryption.Held() {
-			return false
-		}
-		initialised = initialised || v.Initialised
-	}
-	return initialised
+	held, initialised := gathered(vms)
+	return !held && initialised
 }
 
 // Finish implements step.Finisher.
@@ -240,7 +245,7 @@ func (s *KeyRestart) Check(ctx context.Context) (step.Plan, error) {
 		Effects: []effect.Effect{s.V.run(remote.Command("systemctl", "restart", "k3s").AsRoot())}}}}
 	if !want.Encrypts() {
 		if !want.Held() && !encryptionPending(s.VMs) {
-			return step.Plan{Note: "k3s makes the cluster's key as its first server starts"}, nil
+			return step.Plan{Note: firstStartMakesKey}, nil
 		}
 		// Checked before rotate-keys has run (check mode): it will.
 		restart.Changes[0].Summary = "restart k3s to load the key k3s secrets-encrypt rotate-keys makes on " + seed.Name()
