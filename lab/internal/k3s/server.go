@@ -282,10 +282,11 @@ func Server(args []string, log io.Writer) error {
 		}
 		// k3s pkg/server/server.go, setNodeLabelsAndAnnotations: a
 		// server with secrets-encryption puts its stage and config
-		// hash on its node, which secrets-encrypt compares.
+		// hash on its node, which secrets-encrypt compares; one it
+		// cannot set is logged, not fatal.
 		if encryption != "" {
 			if err := bootstrapAnnotation(ctx, cs, hostname); err != nil {
-				return err
+				logf(log, "Unable to set encryption hash annotation %s", err.Error())
 			}
 		}
 	}
