@@ -25,11 +25,13 @@ vet:
 	cd lab/certmanager && $(GO) vet ./... && for m in v*.mod; do $(GO) vet -modfile=$$m ./... || exit 1; done
 
 # How many of a test binary's lab tests run at once (t.Parallel): each
-# lab test runs in a lab of its own, and most of a lab test's time is
-# waiting. At 4 (up to eight labs, with two packages) the suite ran the
-# 2 cores 97.6 % busy for 36 minutes, and a lab of three servers starved
-# of CPU lost its k3s leases mid-apply; docs/testing.md has the figures.
-PARALLEL ?= 2
+# lab test runs in a lab of its own, and much of a lab test's time is
+# waiting. At 2 the lab's packages left the 2 cores 29 % idle; at 3 they
+# kept them about 88 % busy and took a sixth less time; at 4 (up to
+# eight labs, with two packages) the suite ran them 97.6 % busy for 36
+# minutes, and a lab of three servers starved of CPU lost its k3s leases
+# mid-apply. docs/testing.md has the figures.
+PARALLEL ?= 3
 export PARALLEL
 
 # Unit tests, then the lab's own tests, then the end-to-end tests of the

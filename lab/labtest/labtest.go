@@ -187,6 +187,10 @@ func (tl *Lab) up(n int, owned bool) {
 		tl.down()
 		t.Fatalf("labsim up: %v\n%s", err, out)
 	}
+	// Which lab is whose: a failed test's lab is found by its directory,
+	// and a host's processes by its namespaces' prefix (docs/testing.md
+	// counts each test's CPU by it).
+	t.Logf("lab up in %s (namespaces %s-*)", dir, tl.Net.Prefix)
 	if !owned {
 		return
 	}

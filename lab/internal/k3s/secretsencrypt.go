@@ -496,8 +496,9 @@ func (se *encrypter) reloads(ctx context.Context) (int, error) {
 
 // waitReload is WaitForEncryptionConfigReload: the metrics every 5 s,
 // for at most 120 s, until the API server has reloaded its config once
-// more. It reads the file once a minute
-// (EncryptionConfigFileChangePollDuration).
+// more. Upstream's API server reads the file once a minute
+// (EncryptionConfigFileChangePollDuration); the lab's, every 5 s
+// (Server).
 func (se *encrypter) waitReload(ctx context.Context, before int) error {
 	deadline := time.Now().Add(120 * time.Second)
 	for {
