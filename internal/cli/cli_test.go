@@ -577,8 +577,20 @@ func TestProxmoxRoleCommand(t *testing.T) {
 		} `json:"grants"`
 		Commands []string `json:"commands"`
 	}
-	if err := json.Unmarshal(e.out.Bytes(), &got); err != nil || got.PVEVersion != 9 || len(got.Grants) != 5 || got.Grants[2].Path != "/vms" || len(got.Commands) != 11 {
+	// Six grants: the disks' storage (local-lvm) and the ISOs' (local)
+	// apart; six roles, the user, the token and six ACLs.
+	if err := json.Unmarshal(e.out.Bytes(), &got); err != nil || got.PVEVersion != 9 || len(got.Grants) != 6 || got.Grants[2].Path != "/vms" || len(got.Commands) != 13 {
 		t.Errorf("json %+v, %v:\n%s", got, err, e.out.String())
+	}
+	// A pool: the VM role on it, the pool made first; the text says to
+	// put the templates in it.
+	pooled := e.writeConfig("192.0.2.10", func(s string) string {
+		return strings.Replace(s, "    tokenID: capmox@pve!capi\n", "    tokenID: capmox@pve!capi\n    pool: capi\n", 1)
+	})
+	if code := e.run("proxmox", "role", "--pve-version", "9", "-c", pooled); code != 0 || !strings.Contains(e.out.String(), "\npveum pool add capi\n") ||
+		!strings.Contains(e.out.String(), "pveum acl modify /pool/capi --roles CAPMOX.VM ") || strings.Contains(e.out.String(), "acl modify /vms ") ||
+		!strings.Contains(e.out.String(), "put the machine templates in it (pveum pool modify capi --vms ID)") {
+		t.Errorf("with a pool: exit %d\n%s%s", code, e.out.String(), e.err.String())
 	}
 }
 

@@ -71,7 +71,7 @@ func newProxmoxRole(g *global, o *Options) *cobra.Command {
 				}
 				version = known
 			}
-			grants := pveaccess.CAPMOX(version, spec.Proxmox.Storage, spec.VM.Bridge)
+			grants := pveaccess.CAPMOX(version, spec.Proxmox.Storage, spec.Proxmox.ISOStorage, spec.VM.Bridge, spec.Proxmox.Pool)
 			tokenID, who, secretAt := spec.Proxmox.TokenID, "CAPMOX", "proxmox.tokenSecret"
 			if forWhom == "mgmtctl" {
 				grants = phase.MgmtctlGrants(r.l, version)
@@ -110,8 +110,14 @@ func newProxmoxRole(g *global, o *Options) *cobra.Command {
 				fmt.Fprintf(o.Out, "# mgmtctl's token %s on %s: exactly what the vm phase needs through the API,\n", tokenID, on)
 				fmt.Fprintf(o.Out, "# on its VMs only, storages %s and %s, and bridge %s.", spec.Proxmox.Storage, spec.Proxmox.ImageStorage, spec.VM.Bridge)
 			} else {
-				fmt.Fprintf(o.Out, "# CAPMOX's token %s on %s: exactly what CAPMOX needs (its least privileges),\n", tokenID, on)
-				fmt.Fprintf(o.Out, "# on storage %s and bridge %s.", spec.Proxmox.Storage, spec.VM.Bridge)
+				px := spec.Proxmox
+				fmt.Fprintf(o.Out, "# CAPMOX's token %s on %s: each privilege one that a call of CAPMOX v0.9\n", tokenID, on)
+				fmt.Fprintf(o.Out, "# is checked for (docs/upstream.md §1.12), on disk storage %s, ISO storage %s and bridge %s,", px.Storage, px.ISOStorage, spec.VM.Bridge)
+				if px.Pool != "" {
+					fmt.Fprintf(o.Out, "\n# and on the VMs of pool %s only: put the machine templates in it (pveum pool modify %s --vms ID)\n# and set spec.pool: %s in the ProxmoxMachineTemplates.", px.Pool, px.Pool, px.Pool)
+				} else {
+					fmt.Fprintf(o.Out, "\n# and on every VM (/vms): spec.proxmox.pool keeps it to one pool's.")
+				}
 			}
 			fmt.Fprintf(o.Out, " Run on a node as root; `pveum user token add` prints the\n# secret once: put it in secrets.yaml as %s.\n", secretAt)
 			fmt.Fprintln(o.Out, strings.Join(cmds, "\n"))

@@ -87,6 +87,7 @@ func applyDefaults(c *ManagementCluster, set func(path string) bool) map[string]
 	str(&p.Storage, "spec.proxmox.storage", "local-lvm")
 	str(&p.ImageDir, "spec.proxmox.imageDir", "/var/lib/vz/template/iso")
 	str(&p.ImageStorage, "spec.proxmox.imageStorage", "local")
+	str(&p.ISOStorage, "spec.proxmox.isoStorage", "local")
 
 	str(&s.Image.URL, "spec.image.url", DefaultImageURL)
 	if s.Image.URL == DefaultImageURL {

@@ -67,6 +67,17 @@ type Proxmox struct {
 	TokenID      string `yaml:"tokenID"`
 	Storage      string `yaml:"storage"`
 	ImageDir     string `yaml:"imageDir"`
+	// ISOStorage is the storage, with 'iso' content, where CAPMOX puts
+	// each machine's cloud-init ISO: go-proxmox uploads it to the first
+	// storage with 'iso' content that CAPMOX's token can see, so its
+	// role makes this one that storage.
+	ISOStorage string `yaml:"isoStorage"`
+	// Pool, when set, is the Proxmox pool whose VMs CAPMOX may handle:
+	// its VM privileges are granted on /pool/<Pool> instead of /vms, so
+	// a VM outside the pool (the management VM itself) is out of its
+	// reach. Its machine templates clone into the pool (the
+	// ProxmoxMachine's spec.pool), from templates in the pool.
+	Pool string `yaml:"pool"`
 	// CAFile is a PEM file on the laptop with the CA of the API's
 	// certificate (a node's /etc/pve/pve-root-ca.pem); Fingerprint pins
 	// the certificate itself instead, by its SHA-256 as `pvenode cert

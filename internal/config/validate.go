@@ -45,6 +45,10 @@ var (
 	tokenID = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+![A-Za-z][A-Za-z0-9._-]+$`)
 	// Proxmox storage IDs: pve-storage's pve-storage-id format.
 	storageID = regexp.MustCompile(`^[a-z][a-z0-9\-_.]*[a-z0-9]$`)
+	// poolID is pve-access-control's pve-poolid format without nesting
+	// (src/PVE/AccessControl.pm verify_poolname: [A-Za-z0-9\.\-_]+, and
+	// a pool's name must start with a letter, pve-manager PVE/API2/Pool.pm).
+	poolID = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]*$`)
 	// A Linux interface name fits IFNAMSIZ (15 characters).
 	ifName     = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,14}$`)
 	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -237,6 +241,12 @@ func (v *validator) proxmox(p *Proxmox, ha bool) {
 		}
 	case p.MgmtctlTokenID != "":
 		v.add("spec.proxmox.mgmtctlTokenID", p.MgmtctlTokenID, "is used only with spec.proxmox.access: %s", AccessAPI)
+	}
+	if !storageID.MatchString(p.ISOStorage) {
+		v.add("spec.proxmox.isoStorage", p.ISOStorage, "must be a Proxmox storage ID (lowercase letters, digits, '-', '_', '.')")
+	}
+	if p.Pool != "" && !poolID.MatchString(p.Pool) {
+		v.add("spec.proxmox.pool", p.Pool, "must be a Proxmox pool ID: a letter, then letters, digits, '.', '-' or '_' (not nested)")
 	}
 	switch {
 	case ha && p.Host != "":

@@ -409,7 +409,7 @@ func capiPhase(s *session.Session, a *session.Cluster) step.Phase {
 		API: func() *kube.Reader { return a.Reader() }, ProxmoxCA: px.CA, SkipTLSVerify: px.CAPMOXSkipTLSVerify}
 	steps := []step.Step{
 		&capi.Token{C: cl, Source: s.Config.SecretSource, API: pve.ReadOnly(pve.New(px.APIURL, px.TokenID, s.Config.Secrets.Proxmox.TokenSecret, s.ProxmoxHTTP())), Needs: func(major int) []pveaccess.Grant {
-			return pveaccess.CAPMOX(major, c.Spec.Proxmox.Storage, c.Spec.VM.Bridge)
+			return pveaccess.CAPMOX(major, c.Spec.Proxmox.Storage, c.Spec.Proxmox.ISOStorage, c.Spec.VM.Bridge, c.Spec.Proxmox.Pool)
 		}},
 		&capi.Namespaces{C: cl},
 		&capi.Variables{C: cl},

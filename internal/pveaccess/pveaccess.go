@@ -37,22 +37,6 @@ func Known(major int) (int, bool) {
 	return 0, false
 }
 
-// vmAdmin is the built-in role PVEVMAdmin's privileges: the VM
-// category's admin, user and audit ones.
-func vmAdmin(major int) []string {
-	p := []string{"VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
-		"VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network",
-		"VM.Config.Options", "VM.Console", "VM.Migrate", "VM.PowerMgmt", "VM.Snapshot", "VM.Snapshot.Rollback"}
-	if major >= 9 {
-		p = append(p, "VM.GuestAgent.Audit", "VM.GuestAgent.FileRead", "VM.GuestAgent.FileSystemMgmt",
-			"VM.GuestAgent.FileWrite", "VM.GuestAgent.Unrestricted", "VM.Replicate")
-	} else {
-		p = append(p, "VM.Monitor")
-	}
-	sort.Strings(p)
-	return p
-}
-
 // Role is a custom role mgmtctl's commands create.
 type Role struct {
 	Name  string
@@ -66,23 +50,92 @@ type Grant struct {
 	Propagate bool
 }
 
-// CAPMOX is what CAPMOX's token needs, after CAPMOX's "Proxmox RBAC with
-// least privileges" (ionos-cloud/cluster-api-provider-proxmox
-// docs/advanced-setups.md): Sys.Audit on / and (propagated) /nodes; the
-// built-in PVEVMAdmin's privileges where its VMs and templates are (here
-// /vms: mgmtctl knows no pools), PVESDNUser's on the bridge's SDN path
-// (SDN.Use, which PVE 8 made necessary to use a bridge), and
-// PVEDatastoreAdmin's on the storage (cloud-init ISOs and disks), each as
-// a role of its own so that no path gets more than it needs.
-func CAPMOX(major int, storage, bridge string) []Grant {
+// capmoxVM are the VM privileges CAPMOX's calls are checked for, each
+// for the calls of ionos-cloud/cluster-api-provider-proxmox v0.9.0
+// (pkg/proxmox/goproxmox/api_client.go, through luthermonson/go-proxmox
+// v0.6.0) that qemu-server's src/PVE/API2/Qemu.pm checks it on
+// (docs/upstream.md §1.12 has the table):
+//   - VM.Allocate: the clone's new VM (clone_vm: on /vms/<newid> or, with
+//     a pool, /pool/<pool>), and DeleteVM (destroy_vm);
+//   - VM.Audit: GetVM (status/current, config), FindVMResource and
+//     FindVMTemplateByTags (/cluster/resources lists only the VMs it can
+//     audit), the node's VMs for the scheduler's memory;
+//   - VM.Clone: CloneVM, on the template;
+//   - VM.Config.CDROM: the cloud-init ISO inserted and ejected (ide0);
+//   - VM.Config.CPU, VM.Config.Memory, VM.Config.Network, VM.Config.Options:
+//     ConfigureVM's sockets and cores, memory, netN, description and tags
+//     (tags also through TagVM; pve-guest-common assert_tag_permissions);
+//   - VM.Config.Disk: ResizeDisk, and the boot order the ISO's insertion
+//     sets ('boot' is one of update_vm's disk options);
+//   - VM.PowerMgmt: StartVM, ResumeVM, and the stop DeleteVM does first;
+//   - the guest agent, where CAPMOX waits for cloud-init (QemuAgentStatus:
+//     get-osinfo; CloudInitStatus: exec and exec-status of `cloud-init
+//     status`; both skippable per machine): on PVE 9 VM.GuestAgent.Audit
+//     and VM.GuestAgent.Unrestricted (qemu-server API2/Qemu/Agent.pm), on
+//     PVE 8 VM.Monitor.
+//
+// Not granted, as no call of CAPMOX needs them: VM.Backup, VM.Console,
+// VM.Migrate, VM.Replicate, VM.Snapshot, VM.Snapshot.Rollback,
+// VM.Config.HWType, VM.Config.Cloudinit, VM.GuestAgent.FileRead,
+// VM.GuestAgent.FileWrite, VM.GuestAgent.FileSystemMgmt.
+func capmoxVM(major int) []string {
+	p := []string{"VM.Allocate", "VM.Audit", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU", "VM.Config.Disk",
+		"VM.Config.Memory", "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt"}
+	if major >= 9 {
+		p = append(p, "VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted")
+	} else {
+		p = append(p, "VM.Monitor")
+	}
+	sort.Strings(p)
+	return p
+}
+
+// CAPMOX is what CAPMOX's token needs, each privilege for a call of
+// CAPMOX v0.9.0 (docs/upstream.md §1.12):
+//   - Sys.Audit on / (go-proxmox's Client.Cluster reads /cluster/status,
+//     before each lookup of a VM across the cluster and each free-VMID
+//     check) and, propagated, on /nodes (each node's status, read before
+//     every VM call and for the scheduler's memory);
+//   - capmoxVM's privileges on /vms, or on /pool/<pool> with a pool: then
+//     only the pool's VMs (and templates) are in its reach, not the
+//     management VM (pve-access-control src/PVE/RPCEnvironment.pm: a pool's
+//     ACL applies to its member VMs);
+//   - SDN.Use on the bridge's SDN path, propagated to its VLANs: a clone's
+//     and a netN's bridge (check_bridge_access, pve-guest-common
+//     check_vnet_access);
+//   - Datastore.AllocateSpace on the disks' storage (a full clone there,
+//     ResizeDisk);
+//   - on isoStorage, where go-proxmox puts each machine's cloud-init ISO:
+//     Datastore.AllocateTemplate (the upload, pve-storage
+//     API2/Storage/Status.pm), Datastore.Allocate (the ISO deleted again,
+//     Content.pm delete: that privilege also lets the token change the
+//     storage's own settings, so keep isoStorage apart from the disks'),
+//     Datastore.Audit (the node's storage list shows a storage only with
+//     Audit or AllocateSpace, and so does the ISO's volume, Storage.pm
+//     check_volume_access).
+//
+// Each is a role of its own so that no path gets more than it needs.
+func CAPMOX(major int, storage, isoStorage, bridge, pool string) []Grant {
 	audit := Role{"CAPMOX.Audit", []string{"Sys.Audit"}}
-	return []Grant{
+	vms := "/vms"
+	if pool != "" {
+		vms = "/pool/" + pool
+	}
+	out := []Grant{
 		{Path: "/", Role: audit},
 		{Path: "/nodes", Role: audit, Propagate: true},
-		{Path: "/vms", Role: Role{"CAPMOX.VM", vmAdmin(major)}, Propagate: true},
-		{Path: "/sdn/zones/localnetwork/" + bridge, Role: Role{"CAPMOX.SDN", []string{"SDN.Audit", "SDN.Use"}}, Propagate: true},
-		{Path: "/storage/" + storage, Role: Role{"CAPMOX.Storage", []string{"Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"}}},
+		{Path: vms, Role: Role{"CAPMOX.VM", capmoxVM(major)}, Propagate: true},
+		{Path: "/sdn/zones/localnetwork/" + bridge, Role: Role{"CAPMOX.SDN", []string{"SDN.Use"}}, Propagate: true},
 	}
+	iso := []string{"Datastore.Allocate", "Datastore.AllocateTemplate", "Datastore.Audit"}
+	if storage == isoStorage {
+		both := append([]string{"Datastore.AllocateSpace"}, iso...)
+		sort.Strings(both)
+		return append(out, Grant{Path: "/storage/" + storage, Role: Role{"CAPMOX.Storage", both}})
+	}
+	return append(out,
+		Grant{Path: "/storage/" + storage, Role: Role{"CAPMOX.Disks", []string{"Datastore.AllocateSpace"}}},
+		Grant{Path: "/storage/" + isoStorage, Role: Role{"CAPMOX.ISO", iso}})
 }
 
 // Mgmtctl is what mgmtctl's own token needs for the vm phase through the
@@ -167,6 +220,15 @@ func Commands(grants []Grant, tokenID string) ([]string, error) {
 	}
 	if err := add("user", "token", "add", user, token, "--privsep", "1"); err != nil {
 		return nil, err
+	}
+	// A pool a grant names is made first (pve-access-control's pveum.pm
+	// `pool add`, pve-manager's create_pool): its VMs are then put in it.
+	for _, g := range grants {
+		if pool, ok := strings.CutPrefix(g.Path, "/pool/"); ok {
+			if err := add("pool", "add", pool); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for _, g := range grants {
 		args := aclModify(g.Path, g.Role.Name, tokenID)

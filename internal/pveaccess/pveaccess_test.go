@@ -26,15 +26,20 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // version (PVE 8 has VM.Monitor, PVE 9 the guest agent's privileges).
 func TestCommandsGolden(t *testing.T) {
 	for _, tc := range []struct {
-		golden  string
-		major   int
-		tokenID string
+		golden    string
+		major     int
+		tokenID   string
+		iso, pool string
 	}{
-		{"capmox-pve9.txt", 9, "capmox@pve!capi"},
-		{"capmox-pve8.txt", 8, "capmox@pve!capi"},
-		{"root-token-pve9.txt", 9, "root@pam!capi"},
+		{"capmox-pve9.txt", 9, "capmox@pve!capi", "local", ""},
+		{"capmox-pve8.txt", 8, "capmox@pve!capi", "local", ""},
+		{"root-token-pve9.txt", 9, "root@pam!capi", "local", ""},
+		// One storage for the disks and the ISOs: one role with both.
+		{"capmox-pve9-one-storage.txt", 9, "capmox@pve!capi", "local-lvm", ""},
+		// A pool: the VM privileges on it, not on /vms; the pool made.
+		{"capmox-pve9-pool.txt", 9, "capmox@pve!capi", "local", "capi"},
 	} {
-		cmds, err := Commands(CAPMOX(tc.major, "local-lvm", "vmbr0"), tc.tokenID)
+		cmds, err := Commands(CAPMOX(tc.major, "local-lvm", tc.iso, "vmbr0", tc.pool), tc.tokenID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +61,7 @@ func TestCommandsGolden(t *testing.T) {
 // TestLacking: a privilege absent, or present without the propagation the
 // grant needs, is missing; more than needed is fine.
 func TestLacking(t *testing.T) {
-	grants := CAPMOX(9, "local-lvm", "vmbr0")
+	grants := CAPMOX(9, "local-lvm", "local", "vmbr0", "")
 	have := map[string]map[string]bool{}
 	for _, g := range grants {
 		have[g.Path] = map[string]bool{"Permissions.Modify": true}
@@ -77,6 +82,67 @@ func TestLacking(t *testing.T) {
 	if !strings.Contains(e, "on /vms: VM.Clone\n    grant: pveum role modify CAPMOX.VM --append 1 --privs VM.Clone") ||
 		!strings.Contains(e, "pveum acl modify /vms --roles CAPMOX.VM --users capmox@pve --tokens 'capmox@pve!capi'") {
 		t.Errorf("MissingError:\n%s", e)
+	}
+}
+
+// TestCAPMOXPrivileges: CAPMOX's VM role holds each privilege a call of
+// CAPMOX v0.9 is checked for (capmoxVM) and none of PVEVMAdmin's others;
+// the guest agent's are PVE 9's names there, VM.Monitor on PVE 8. A
+// pool moves the VM role from /vms to /pool/NAME and nothing else.
+func TestCAPMOXPrivileges(t *testing.T) {
+	role := func(grants []Grant, name string) (Grant, bool) {
+		for _, g := range grants {
+			if g.Role.Name == name {
+				return g, true
+			}
+		}
+		return Grant{}, false
+	}
+	for _, tc := range []struct {
+		major      int
+		want, deny []string
+	}{
+		{9, []string{"VM.Allocate", "VM.Audit", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU", "VM.Config.Disk", "VM.Config.Memory",
+			"VM.Config.Network", "VM.Config.Options", "VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted", "VM.PowerMgmt"},
+			[]string{"VM.Backup", "VM.Console", "VM.Migrate", "VM.Replicate", "VM.Snapshot", "VM.Snapshot.Rollback", "VM.Config.HWType",
+				"VM.Config.Cloudinit", "VM.GuestAgent.FileRead", "VM.GuestAgent.FileWrite", "VM.GuestAgent.FileSystemMgmt", "VM.Monitor"}},
+		{8, []string{"VM.Allocate", "VM.Audit", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU", "VM.Config.Disk", "VM.Config.Memory",
+			"VM.Config.Network", "VM.Config.Options", "VM.Monitor", "VM.PowerMgmt"},
+			[]string{"VM.Backup", "VM.Console", "VM.Migrate", "VM.Snapshot", "VM.GuestAgent.Unrestricted"}},
+	} {
+		vm, ok := role(CAPMOX(tc.major, "local-lvm", "local", "vmbr0", ""), "CAPMOX.VM")
+		if !ok || vm.Path != "/vms" || strings.Join(vm.Role.Privs, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("PVE %d: CAPMOX.VM %+v, want %v on /vms", tc.major, vm, tc.want)
+		}
+		for _, d := range tc.deny {
+			for _, p := range vm.Role.Privs {
+				if p == d {
+					t.Errorf("PVE %d: CAPMOX.VM grants %s, which no call of CAPMOX needs", tc.major, d)
+				}
+			}
+		}
+	}
+	plain, pooled := CAPMOX(9, "local-lvm", "local", "vmbr0", ""), CAPMOX(9, "local-lvm", "local", "vmbr0", "capi")
+	if len(plain) != len(pooled) {
+		t.Fatalf("a pool changed the grants' number: %d, %d", len(plain), len(pooled))
+	}
+	for i := range plain {
+		want := plain[i]
+		if want.Path == "/vms" {
+			want.Path = "/pool/capi"
+		}
+		if pooled[i].Path != want.Path || strings.Join(pooled[i].Role.Privs, ",") != strings.Join(want.Role.Privs, ",") {
+			t.Errorf("with a pool, grant %d: %+v, want %+v", i, pooled[i], want)
+		}
+	}
+	if sdn, _ := role(plain, "CAPMOX.SDN"); strings.Join(sdn.Role.Privs, ",") != "SDN.Use" || !sdn.Propagate {
+		t.Errorf("CAPMOX.SDN: %+v", sdn)
+	}
+	if disks, _ := role(plain, "CAPMOX.Disks"); disks.Path != "/storage/local-lvm" || strings.Join(disks.Role.Privs, ",") != "Datastore.AllocateSpace" {
+		t.Errorf("CAPMOX.Disks: %+v", disks)
+	}
+	if iso, _ := role(plain, "CAPMOX.ISO"); iso.Path != "/storage/local" || strings.Join(iso.Role.Privs, ",") != "Datastore.Allocate,Datastore.AllocateTemplate,Datastore.Audit" {
+		t.Errorf("CAPMOX.ISO: %+v", iso)
 	}
 }
 

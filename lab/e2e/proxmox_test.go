@@ -91,6 +91,44 @@ func TestProxmoxRole(t *testing.T) {
 		t.Errorf("apply once granted: %s", got)
 	}
 
+	// spec.proxmox.pool: CAPMOX's VM role on the pool instead of /vms.
+	// Through the lab's API, as CAPMOX would call it, its token is
+	// refused on the management VM (in no pool) and may read a VM in
+	// the pool; apply checks the token on the pool's path.
+	e.editConfig("tokenID: least@pve!capi", "tokenID: least@pve!capi\n    pool: capi")
+	r = e.mgmtctl("proxmox", "role")
+	mustSucceed(t, r, "proxmox role with a pool")
+	if !strings.Contains(r.Stdout, "\npveum pool add capi\n") || !strings.Contains(r.Stdout, "pveum acl modify /pool/capi --roles CAPMOX.VM --users least@pve --tokens 'least@pve!capi'\n") ||
+		strings.Contains(r.Stdout, "acl modify /vms ") {
+		t.Fatalf("proxmox role with a pool:\n%s", r.Stdout)
+	}
+	for _, line := range strings.Split(r.Stdout, "\n") {
+		if strings.HasPrefix(line, "pveum pool add ") || strings.HasPrefix(line, "pveum acl modify /pool/") {
+			mustSucceed(t, e.PVE(line), line)
+		}
+	}
+	mustSucceed(t, e.PVE("pveum acl delete /vms --roles CAPMOX.VM --users least@pve --tokens 'least@pve!capi'"), "the role off /vms")
+	node := e.Nodes()[0].Name
+	e.capmoxVM(node, 201, "lab1-cp-1", "192.0.2.101")
+	mustSucceed(t, e.PVE("pveum pool modify capi --vms 201"), "VM 201 into the pool")
+	asCAPMOX := func(vmid int) string {
+		t.Helper()
+		r := e.Run("", "curl", "-sS", "--cacert", e.CABundle(), "-H", "Authorization: PVEAPIToken=least@pve!capi="+secret,
+			fmt.Sprintf("https://192.0.2.10:8006/api2/json/nodes/%s/qemu/%d/status/current", node, vmid), "-w", " %{http_code}")
+		return r.Stdout
+	}
+	if got := asCAPMOX(110); !strings.HasSuffix(got, " 403") || !strings.Contains(got, "Permission check failed (/vms/110, VM.Audit)") {
+		t.Errorf("CAPMOX's token on the management VM, with a pool: %q", got)
+	}
+	if got := asCAPMOX(201); !strings.HasSuffix(got, " 200") {
+		t.Errorf("CAPMOX's token on a VM in its pool: %q", got)
+	}
+	r = e.apply()
+	mustSucceed(t, r, "apply with a pool")
+	if !strings.Contains(r.Stdout, "with every privilege CAPMOX needs") || !strings.Contains(recap(t, r), "changed=0") {
+		t.Errorf("apply with a pool:\n%s", r.Stdout)
+	}
+
 	// The API's certificate pinned by its fingerprint, as a node's
 	// self-signed one is: another is refused, naming both; the node's
 	// passes, with no CA trusted.

@@ -98,11 +98,25 @@ type UserConfig struct {
 	Roles  map[string]map[string]bool // custom roles → privileges
 	// ACL is path → member (user or token ID) → role → propagate.
 	ACL map[string]map[string]map[string]bool
+	// Pools are pool ID → its member VMs (pve-access-control's pool:
+	// lines; storage members and nested pools are not simulated).
+	Pools map[string]map[int]bool
+}
+
+// poolOf is the pool VM vmid belongs to, "" for none.
+func (c *UserConfig) poolOf(vmid int) string {
+	for p, vms := range c.Pools {
+		if vms[vmid] {
+			return p
+		}
+	}
+	return ""
 }
 
 // ReadUserConfig parses user.cfg; a missing file is an empty one.
 func ReadUserConfig(path string) (*UserConfig, error) {
-	c := &UserConfig{Users: map[string]bool{}, Tokens: map[string]bool{}, Roles: map[string]map[string]bool{}, ACL: map[string]map[string]map[string]bool{}}
+	c := &UserConfig{Users: map[string]bool{}, Tokens: map[string]bool{}, Roles: map[string]map[string]bool{}, ACL: map[string]map[string]map[string]bool{},
+		Pools: map[string]map[int]bool{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return c, nil
@@ -125,6 +139,17 @@ func ReadUserConfig(path string) (*UserConfig, error) {
 				}
 			}
 			c.Roles[f[1]] = privs
+		case len(f) >= 4 && f[0] == "pool":
+			// pool:<id>:<comment>:<vmids>:<storage>: (parse_user_config;
+			// the comment is never set by the lab: pveum pool add --comment
+			// is refused).
+			vms := map[int]bool{}
+			for _, v := range strings.Split(f[3], ",") {
+				if id, err := strconv.Atoi(v); err == nil {
+					vms[id] = true
+				}
+			}
+			c.Pools[f[1]] = vms
 		case len(f) >= 5 && f[0] == "acl":
 			for _, m := range strings.Split(f[3], ",") {
 				for _, r := range strings.Split(f[4], ",") {
@@ -160,7 +185,18 @@ func (c *UserConfig) Write(path string) error {
 			}
 		}
 	}
-	b.WriteString("\n\n\n")
+	// write_user_config: users (with their tokens), groups (the lab has
+	// none), pools, roles, ACLs, a blank line after each block.
+	b.WriteString("\n\n")
+	for _, p := range sortedKeys(c.Pools) {
+		var ids []string
+		for id := range c.Pools[p] {
+			ids = append(ids, strconv.Itoa(id))
+		}
+		sort.Strings(ids) // Perl's sort: as strings
+		fmt.Fprintf(&b, "pool:%s::%s::\n", p, strings.Join(ids, ","))
+	}
+	b.WriteString("\n")
 	for _, r := range sortedKeys(c.Roles) {
 		fmt.Fprintf(&b, "role:%s:%s:\n", r, strings.Join(sortedKeys(c.Roles[r]), ","))
 	}
@@ -252,6 +288,48 @@ func (c *UserConfig) roles(id, path string) map[string]bool {
 	return roles
 }
 
+// poolRoles is RPCEnvironment's $compile_acl_path's roles on path:
+// roles, and on /vms/<vmid> of a pool's member the roles id has on
+// /pool/<pool> too, never propagated, unless the VM's own roles hold
+// NoAccess; the pool's NoAccess trumps the VM's other roles
+// (pve-access-control src/PVE/RPCEnvironment.pm, "apply roles inherited
+// from pools").
+func (c *UserConfig) poolRoles(id, path string) map[string]bool {
+	roles := c.roles(id, path)
+	rest, ok := strings.CutPrefix(path, "/vms/")
+	if !ok {
+		return roles
+	}
+	vmid, err := strconv.Atoi(rest)
+	if err != nil {
+		return roles
+	}
+	pool := c.poolOf(vmid)
+	if pool == "" {
+		return roles
+	}
+	if _, no := roles["NoAccess"]; no {
+		return roles
+	}
+	inherited := c.roles(id, "/pool/"+pool)
+	if len(inherited) == 0 {
+		return roles
+	}
+	if _, no := inherited["NoAccess"]; no {
+		return map[string]bool{"NoAccess": false}
+	}
+	out := map[string]bool{}
+	for r, p := range roles {
+		out[r] = p
+	}
+	for r := range inherited {
+		if _, set := out[r]; !set {
+			out[r] = false
+		}
+	}
+	return out
+}
+
 // Permissions is RPCEnvironment::permissions: id's privileges on path,
 // each with whether it propagates; a privilege-separated token's are those
 // both it and its user hold.
@@ -261,7 +339,7 @@ func (c *UserConfig) Permissions(major int, id, path string) map[string]bool {
 		return copyPrivs(builtin["Administrator"], true)
 	}
 	privs := map[string]bool{}
-	for role, prop := range c.roles(id, path) {
+	for role, prop := range c.poolRoles(id, path) {
 		set := builtin[role]
 		if set == nil {
 			set = c.Roles[role]

@@ -204,3 +204,87 @@ func TestPermissions(t *testing.T) {
 		t.Errorf("user.cfg:\n%s", b)
 	}
 }
+
+// TestPools: a role on /pool/NAME reaches the pool's member VMs (as
+// RPCEnvironment compiles pool ACLs onto /vms/<vmid>, never propagated),
+// and no other VM; a NoAccess on the VM itself still wins. pveum pool's
+// errors are pve-manager's Pool.pm's, under lock_user_config's prefix;
+// user.cfg keeps the pool line as write_user_config writes it.
+func TestPools(t *testing.T) {
+	dir := t.TempDir()
+	acc := Access{Tokens: TokenConfig{Path: filepath.Join(dir, "token.cfg")}, UserCfg: filepath.Join(dir, "user.cfg")}
+	pveum := func(args ...string) (int, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := PVEUM(args, acc, &out, &errb)
+		return code, errb.String()
+	}
+	must := func(args ...string) {
+		t.Helper()
+		if code, e := pveum(args...); code != 0 {
+			t.Fatalf("pveum %v: %d %s", args, code, e)
+		}
+	}
+	must("user", "add", "capmox@pve")
+	must("role", "add", "CAPMOX.VM", "--privs", "VM.Allocate,VM.Audit")
+	must("user", "token", "add", "capmox@pve", "capi")
+	must("pool", "add", "capi")
+	must("acl", "modify", "/pool/capi", "--roles", "CAPMOX.VM", "--users", "capmox@pve", "--tokens", "capmox@pve!capi")
+	must("pool", "modify", "capi", "--vms", "201,202")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pool", "add", "capi"}, "create pool failed: pool 'capi' already exists"},
+		{[]string{"pool", "add", "1st"}, "create pool failed: pool name must start with a letter"},
+		{[]string{"pool", "add", "a:b"}, "pool name 'a:b' contains invalid characters"},
+		{[]string{"pool", "modify", "nowhere", "--vms", "1"}, "update pools failed: pool 'nowhere' does not exist"},
+		{[]string{"pool", "modify", "capi", "--vms", "201"}, "update pools failed: VM 201 is already a pool member"},
+		{[]string{"pool", "modify", "capi", "--vms", "203", "--delete", "1"}, "update pools failed: VM 203 is not a pool member"},
+		{[]string{"pool", "delete", "capi"}, "delete pool failed: pool 'capi' is not empty (contains VM 201)"},
+		{[]string{"pool", "add", "other", "--comment", "x"}, "does not keep --comment"},
+	} {
+		if code, e := pveum(tc.args...); code == 0 || !strings.Contains(e, tc.want) {
+			t.Errorf("pveum %v: exit %d %q, want %q", tc.args, code, e, tc.want)
+		}
+	}
+	must("pool", "add", "other")
+	if code, e := pveum("pool", "modify", "other", "--vms", "202"); code == 0 || !strings.Contains(e, "VM 202 belongs already to pool 'capi' and 'allow-move' is not set") {
+		t.Errorf("a VM of another pool: %d %q", code, e)
+	}
+	must("pool", "modify", "other", "--vms", "202", "--allow-move", "1")
+	must("acl", "modify", "/vms/201", "--roles", "NoAccess", "--users", "capmox@pve")
+	cfg, err := ReadUserConfig(acc.UserCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id, path, want string
+	}{
+		{"capmox@pve!capi", "/pool/capi", "VM.Allocate=true VM.Audit=true"},
+		{"capmox@pve!capi", "/vms/110", ""}, // in no pool
+		{"capmox@pve!capi", "/vms/202", ""}, // moved to another pool
+		{"capmox@pve!capi", "/vms/201", ""}, // its user's NoAccess there wins
+		{"capmox@pve", "/vms/201", ""},      // NoAccess
+		{"capmox@pve", "/vms", ""},          // the pool reaches no other path
+	} {
+		privs := cfg.Permissions(9, tc.id, tc.path)
+		var got []string
+		for _, k := range sortedKeys(privs) {
+			got = append(got, fmt.Sprintf("%s=%v", k, privs[k]))
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%s on %s: %q, want %q", tc.id, tc.path, g, tc.want)
+		}
+	}
+	must("acl", "delete", "/vms/201", "--roles", "NoAccess", "--users", "capmox@pve")
+	must("pool", "modify", "other", "--vms", "203")
+	cfg, _ = ReadUserConfig(acc.UserCfg)
+	if privs := cfg.Permissions(9, "capmox@pve!capi", "/vms/201"); len(privs) != 2 || privs["VM.Audit"] {
+		t.Errorf("a pool member's privileges: %v, want VM.Allocate and VM.Audit, not propagated", privs)
+	}
+	b, _ := os.ReadFile(acc.UserCfg)
+	if !strings.Contains(string(b), "\n\npool:capi::201::\npool:other::202,203::\n\nrole:") {
+		t.Errorf("user.cfg:\n%s", b)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -77,8 +78,10 @@ type Access struct {
 // add|remove|delete|list` (add prints the new secret once; privsep 1
 // unless --privsep 0), `user permissions [ID] [--path P]`, `role
 // add|modify|delete` (--privs, --append), `acl modify|delete PATH --roles
-// R [--users U] [--tokens T] [--propagate 0|1]`. Other pveum commands are
-// not simulated.
+// R [--users U] [--tokens T] [--propagate 0|1]`, `pool add|modify|delete`
+// (pve-manager PVE/API2/Pool.pm: create_pool, update_pool's --vms with
+// --delete and --allow-move, delete_pool). Other pveum commands are not
+// simulated.
 func PVEUM(args []string, acc Access, stdout, stderr io.Writer) int {
 	die := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, format+"\n", a...)
@@ -123,11 +126,14 @@ func PVEUM(args []string, acc Access, stdout, stderr io.Writer) int {
 	if len(pos) >= 2 && pos[0] == "acl" {
 		return pveumACL(pos[1], pos[2:], opts, cfg, save, die)
 	}
+	if len(pos) >= 2 && pos[0] == "pool" {
+		return pveumPool(pos[1], pos[2:], opts, cfg, save, die)
+	}
 	if len(pos) >= 2 && pos[0] == "user" && pos[1] != "token" {
 		return pveumUser(pos[1], pos[2:], opts, cfg, save, die, stdout, format)
 	}
 	if len(pos) < 3 || pos[0] != "user" || pos[1] != "token" {
-		return die("the lab's pveum knows only: pveum user add|delete|permissions, pveum user token add|remove|list, pveum role add|modify|delete, pveum acl modify|delete")
+		return die("the lab's pveum knows only: pveum user add|delete|permissions, pveum user token add|remove|list, pveum role add|modify|delete, pveum acl modify|delete, pveum pool add|modify|delete")
 	}
 	store := acc.Tokens
 	cmd, rest := pos[2], pos[3:]
@@ -386,4 +392,87 @@ func pveumUser(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 		return print(stdout, format, cfg.Effective(LabMajor, id, paths))
 	}
 	return die("unknown command 'pveum user %s'", cmd)
+}
+
+// poolName is verify_poolname without nesting: pve-access-control
+// src/PVE/AccessControl.pm allows [A-Za-z0-9.-_] and up to three levels;
+// the lab keeps one.
+var poolName = regexp.MustCompile(`^[A-Za-z0-9.\-_]+$`)
+
+// pveumPool is `pveum pool add|modify|delete POOL` as pve-manager's
+// PVE/API2/Pool.pm does it under lock_user_config, whose errors read
+// "<what> failed: <why>". Comments, storage members and nested pools are
+// not simulated (--comment and --storage are refused).
+func pveumPool(cmd string, rest []string, opts map[string]string, cfg *UserConfig, save func() int, die func(string, ...any) int) int {
+	if len(rest) != 1 {
+		return die("400 not enough arguments\npveum pool %s <poolid> [OPTIONS]", cmd)
+	}
+	pool := rest[0]
+	if !poolName.MatchString(pool) {
+		return die("400 Parameter verification failed.\npoolid: pool name '%s' contains invalid characters", pool)
+	}
+	for _, o := range []string{"comment", "storage"} {
+		if _, ok := opts[o]; ok {
+			return die("the lab's pveum pool does not keep --%s", o)
+		}
+	}
+	switch cmd {
+	case "add":
+		if _, ok := cfg.Pools[pool]; ok {
+			return die("create pool failed: pool '%s' already exists", pool)
+		}
+		if !regexp.MustCompile(`^[A-Za-z]`).MatchString(pool) {
+			return die("create pool failed: pool name must start with a letter")
+		}
+		cfg.Pools[pool] = map[int]bool{}
+	case "modify":
+		vms, ok := cfg.Pools[pool]
+		if !ok {
+			return die("update pools failed: pool '%s' does not exist", pool)
+		}
+		for _, v := range strings.Split(opts["vms"], ",") {
+			if v == "" {
+				continue
+			}
+			id, err := strconv.Atoi(v)
+			if err != nil {
+				return die("400 Parameter verification failed.\nvms: invalid format - value '%s' does not look like a valid VM ID", v)
+			}
+			switch other := cfg.poolOf(id); {
+			case opts["delete"] == "1":
+				if !vms[id] {
+					return die("update pools failed: VM %d is not a pool member", id)
+				}
+				delete(vms, id)
+			case vms[id]:
+				return die("update pools failed: VM %d is already a pool member", id)
+			case other != "" && opts["allow-move"] != "1":
+				return die("update pools failed: VM %d belongs already to pool '%s' and 'allow-move' is not set", id, other)
+			default:
+				delete(cfg.Pools[other], id)
+				vms[id] = true
+			}
+		}
+	case "delete":
+		vms, ok := cfg.Pools[pool]
+		if !ok {
+			return die("delete pool failed: pool '%s' does not exist", pool)
+		}
+		if ids := sortedInts(vms); len(ids) > 0 {
+			return die("delete pool failed: pool '%s' is not empty (contains VM %d)", pool, ids[0])
+		}
+		delete(cfg.Pools, pool)
+	default:
+		return die("unknown command 'pveum pool %s'", cmd)
+	}
+	return save()
+}
+
+func sortedInts(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
 }
