@@ -183,11 +183,24 @@ sudo sh -c 'curl -sSfL -o /tmp/install.sh https://get.k3s.io && INSTALL_K3S_VERS
 	}
 }
 
-// TestKilledDuringK3sInstall: a run killed while the installer runs
-// converges on the next run; the one after changes nothing.
-func TestKilledDuringK3sInstall(t *testing.T) {
+// TestK3sInTurn: three checks of the k3s phase in one lab, one after
+// another (each used a fresh lab of its own, whose start and k3s install
+// cost more than the check: docs/testing.md):
+//   - a run killed while k3s's installer runs converges on the next run;
+//     the one after changes nothing;
+//   - the suite's check for skipped config.yaml keys (run after every
+//     test) catches a typo: one is planted in the VM's config.yaml by
+//     hand, as a bad line mgmtctl wrote would be; k3s, on its restart,
+//     logs its warning and the check names it; mgmtctl then puts its own
+//     config.yaml back;
+//   - the admin kubeconfig works with a real kubectl from the laptop; the
+//     inspector reads but cannot touch; re-runs neither rewrite the files
+//     nor mint a token; no credential is printed.
+func TestK3sInTurn(t *testing.T) {
 	t.Parallel()
 	e := start(t)
+
+	// Killed during the k3s install.
 	mustSucceed(t, e.apply("--tags", "vm"), "vm")
 	e.killWhen("k3s", filepath.Join(e.VMDisk(lab.VMID), "upper/usr/local/bin/k3s"), "the k3s install")
 	mustSucceed(t, e.apply("--tags", "vm,k3s"), "apply after kill")
@@ -197,16 +210,30 @@ func TestKilledDuringK3sInstall(t *testing.T) {
 	if r := e.kubectl("get", "node", "lab-mgmt", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"); r.Stdout != "True" {
 		t.Errorf("node: %+v", r)
 	}
-}
 
-// TestKubeconfigAndInspector: the admin kubeconfig works with a real
-// kubectl from the laptop; the inspector reads but cannot touch; re-runs
-// neither rewrite the files nor mint a token; no credential is printed.
-func TestKubeconfigAndInspector(t *testing.T) {
-	t.Parallel()
-	e := start(t)
+	// The typo guard.
+	if got := e.skippedConfigKeys(); len(got) != 0 {
+		t.Fatalf("skipped keys before the plant: %q", got)
+	}
+	e.planted = append(e.planted, "tls-sans")
+	if r := e.vmSSH("echo 'tls-sans: [192.0.2.99]' | sudo tee -a /etc/rancher/k3s/config.yaml >/dev/null && sudo systemctl restart k3s"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	planted := *e
+	planted.planted = nil // the check as every test runs it
+	got := planted.skippedConfigKeys()
+	if len(got) != 1 || !strings.Contains(got[0], `level=warning msg="Unknown flag --tls-sans found in config.yaml, skipping"`) {
+		t.Errorf("the check found %q, want k3s's warning for the planted key", got)
+	}
+	r := e.apply("--tags", "k3s")
+	mustSucceed(t, r, "apply over the planted key")
+	if !strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/config") {
+		t.Errorf("config.yaml not put back:\n%s", r.Stdout)
+	}
+
+	// The kubeconfig and the inspector.
 	tags := "vm,k3s,kubeconfig,inspector"
-	r := e.apply("--tags", tags, "--diff")
+	r = e.apply("--tags", tags, "--diff")
 	mustSucceed(t, r, "apply")
 	admin := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt.kubeconfig")
 	ro := filepath.Join(e.LaptopHome(), ".kube/lab-mgmt-ro.kubeconfig")
@@ -279,34 +306,5 @@ func TestKubeconfigAndInspector(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(ro); string(after) != string(before) {
 		t.Error("the inspector token was re-minted while still fresh")
-	}
-}
-
-// TestConfigTypoGuardFires: the suite's check for skipped config.yaml
-// keys (run after every test) catches a typo. One is planted in the VM's
-// config.yaml by hand, as a bad line mgmtctl wrote would be; k3s, on its
-// restart, logs its warning and the check names it. mgmtctl then puts
-// its own config.yaml back.
-func TestConfigTypoGuardFires(t *testing.T) {
-	t.Parallel()
-	e := start(t)
-	mustSucceed(t, e.apply("--tags", "vm,k3s"), "vm and k3s")
-	if got := e.skippedConfigKeys(); len(got) != 0 {
-		t.Fatalf("skipped keys before the plant: %q", got)
-	}
-	e.planted = append(e.planted, "tls-sans")
-	if r := e.vmSSH("echo 'tls-sans: [192.0.2.99]' | sudo tee -a /etc/rancher/k3s/config.yaml >/dev/null && sudo systemctl restart k3s"); r.Code != 0 {
-		t.Fatal(r)
-	}
-	planted := *e
-	planted.planted = nil // the check as every test runs it
-	got := planted.skippedConfigKeys()
-	if len(got) != 1 || !strings.Contains(got[0], `level=warning msg="Unknown flag --tls-sans found in config.yaml, skipping"`) {
-		t.Errorf("the check found %q, want k3s's warning for the planted key", got)
-	}
-	r := e.apply("--tags", "k3s")
-	mustSucceed(t, r, "apply over the planted key")
-	if !strings.Contains(r.Stdout, "changed: [lab-mgmt] k3s/config") {
-		t.Errorf("config.yaml not put back:\n%s", r.Stdout)
 	}
 }
