@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -458,7 +460,7 @@ func pveumPool(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 		if !ok {
 			return die("delete pool failed: pool '%s' does not exist", pool)
 		}
-		if ids := sortedInts(vms); len(ids) > 0 {
+		if ids := slices.Sorted(maps.Keys(vms)); len(ids) > 0 {
 			return die("delete pool failed: pool '%s' is not empty (contains VM %d)", pool, ids[0])
 		}
 		delete(cfg.Pools, pool)
@@ -466,13 +468,4 @@ func pveumPool(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 		return die("unknown command 'pveum pool %s'", cmd)
 	}
 	return save()
-}
-
-func sortedInts(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }
