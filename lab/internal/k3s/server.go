@@ -231,8 +231,6 @@ func Server(args []string, log io.Writer) error {
 		// EncryptSecrets, encryption-provider-config and, in the newest
 		// version read, encryption-provider-config-automatic-reload.
 		apiArgs = append(apiArgs, "--encryption-provider-config="+encryption, "--encryption-provider-config-automatic-reload=true")
-	}
-	if encryption != "" {
 		// The API server reads its encryption config again every 5 s,
 		// not every minute: the poll interval upstream's apiserver
 		// exposes for its own integration tests. k3s's secrets-encrypt

@@ -401,6 +401,10 @@ func pveumUser(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 // the lab keeps one.
 var poolName = regexp.MustCompile(`^[A-Za-z0-9.\-_]+$`)
 
+// poolLeader is create_pool's own rule on top of it: a pool's name
+// starts with a letter (pve-manager PVE/API2/Pool.pm).
+var poolLeader = regexp.MustCompile(`^[A-Za-z]`)
+
 // pveumPool is `pveum pool add|modify|delete POOL` as pve-manager's
 // PVE/API2/Pool.pm does it under lock_user_config, whose errors read
 // "<what> failed: <why>". Comments, storage members and nested pools are
@@ -423,7 +427,7 @@ func pveumPool(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 		if _, ok := cfg.Pools[pool]; ok {
 			return die("create pool failed: pool '%s' already exists", pool)
 		}
-		if !regexp.MustCompile(`^[A-Za-z]`).MatchString(pool) {
+		if !poolLeader.MatchString(pool) {
 			return die("create pool failed: pool name must start with a letter")
 		}
 		cfg.Pools[pool] = map[int]bool{}
