@@ -242,6 +242,13 @@ func (s *Ready) jobFailure(ctx context.Context, cl *kube.Reader, j *batchv1.Job)
 						// through the API as kubectl logs reads it (the
 						// previous container's when it was restarted).
 						f.message = logTail(ctx, cl, p.Name, cs.Name, i == 1)
+						if f.message == "" && i == 0 {
+							// Restarted between the Pod's read and
+							// the log's (helm-controller's Job retries
+							// at once): the run that ended is the
+							// previous container now.
+							f.message = logTail(ctx, cl, p.Name, cs.Name, true)
+						}
 					}
 					if f.message == "" {
 						f.message = fmt.Sprintf("container %s exited %d (%s)", cs.Name, t.ExitCode, t.Reason)

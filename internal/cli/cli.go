@@ -27,6 +27,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/localfile"
 	"github.com/mgmtctl/mgmtctl/internal/phase"
 	"github.com/mgmtctl/mgmtctl/internal/preflight"
+	"github.com/mgmtctl/mgmtctl/internal/pvelock"
 	"github.com/mgmtctl/mgmtctl/internal/redact"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/session"
@@ -402,12 +403,13 @@ func runApply(ctx context.Context, g *global, o *Options, f *applyFlags) error {
 func nextHint(err error) string {
 	var hk *remote.HostKeyError
 	var locked *remote.LockedError
+	var apiLocked *pvelock.LockedError
 	var unreachable *remote.UnreachableError
 	var dropped *remote.DroppedError
 	switch {
 	case errors.As(err, &hk):
 		return "next: verify the host key as described above; mgmtctl never skips host key checks\n"
-	case errors.As(err, &locked):
+	case errors.As(err, &locked), errors.As(err, &apiLocked):
 		return "next: wait for the other run to finish, then run mgmtctl again\n"
 	case errors.As(err, &dropped):
 		host, _, err := net.SplitHostPort(dropped.Addr)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/engine"
+	"github.com/mgmtctl/mgmtctl/internal/pvelock"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 )
 
@@ -29,6 +30,7 @@ func exitCode(err error) int {
 	var cfg config.Errors
 	var usage usageError
 	var locked *remote.LockedError
+	var apiLocked *pvelock.LockedError
 	switch {
 	case err == nil:
 		return ExitOK
@@ -36,7 +38,7 @@ func exitCode(err error) int {
 		return ExitInterrupted
 	case errors.As(err, &cfg), errors.As(err, &usage):
 		return ExitUsage
-	case remote.IsUnreachable(err), errors.As(err, &locked):
+	case remote.IsUnreachable(err), errors.As(err, &locked), errors.As(err, &apiLocked):
 		return ExitUnreachable
 	}
 	return ExitFailed

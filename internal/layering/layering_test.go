@@ -26,12 +26,12 @@ var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess", "
 // a new package takes a place in the layering when it is written.
 var allowed = map[string][]string{
 	"cmd/mgmtctl": {"cli"},
-	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess", "pve", "preflight", "upgrade"},
+	"cli":         {"phase", "session", "statuscheck", "engine", "ui", "runlog", "config", "redact", "remote", "step", "health", "kubeconfig", "backup", "localfile", "pveaccess", "pve", "pvelock", "preflight", "upgrade"},
 	"phase":       append(append([]string{"session", "config", "laptop", "backup", "preflight", "upgrade"}, domain...), below...),
 	// The run's connections, host keys, the VM record and its way to the
 	// cluster: it knows the domain packages whose facts it keeps (the
 	// VM record wait-ssh reads, k3s's kubeconfig and etcd health).
-	"session": {"config", "effect", "kube", "kubeconfig", "proxmox", "k3s", "remote", "step", "pve", "pveaccess"},
+	"session": {"config", "effect", "kube", "kubeconfig", "proxmox", "k3s", "remote", "step", "pve", "pveaccess", "pvelock"},
 	// What only status looks at, beside health.
 	"statuscheck": {"session", "health", "inspector", "k3s", "kube", "step"},
 	"proxmox":     below,
@@ -62,7 +62,9 @@ var allowed = map[string][]string{
 	// Proxmox VE's privileges: what a token needs, pveum, the check.
 	"pveaccess": {"shell"},
 	// The Proxmox VE API's client (api access): calls, tasks, reads.
-	"pve":        nil,
+	"pve": nil,
+	// api access's run lock on Proxmox, a generation of pools.
+	"pvelock":    nil,
 	"redact":     nil,
 	"diff":       nil,
 	"localfile":  nil,

@@ -153,7 +153,7 @@ func MgmtctlGrants(l *config.Loaded, major int) []pveaccess.Grant {
 		}
 	}
 	p := l.Cluster.Spec.Proxmox
-	return pveaccess.Mgmtctl(major, vmids, nodes, p.Storage, p.ImageStorage, l.Cluster.Spec.VM.Bridge)
+	return pveaccess.Mgmtctl(major, vmids, nodes, p.Storage, p.ImageStorage, l.Cluster.Spec.VM.Bridge, session.LockPool(l))
 }
 
 // gatherNode connects to srv's Proxmox node (locked, in a run that may
@@ -165,10 +165,19 @@ func gatherNode(ctx context.Context, s *session.Session, srv config.Server, n *p
 	return n.Gather(ctx)
 }
 
-// nodeReader gives n the node: the API in api access, else the SSH
+// nodeReader gives n the node: the API in api access (the run locked on
+// Proxmox first, in a run that may change something), else the SSH
 // connection (read-only in this session).
 func nodeReader(ctx context.Context, s *session.Session, srv config.Server, n *proxmox.Node) error {
 	if s.API() {
+		// The token's permissions first: a lock it may not take is
+		// named as the privilege it lacks (Pool.Audit, Pool.Allocate).
+		if err := checkAPIAccess(ctx, s); err != nil {
+			return err
+		}
+		if err := s.LockAPI(ctx); err != nil {
+			return err
+		}
 		n.API = s.ProxmoxAPI()
 		return nil
 	}

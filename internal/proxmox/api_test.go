@@ -127,7 +127,7 @@ func TestAPIPlans(t *testing.T) {
 // token with every one passes.
 func TestCheckAccess(t *testing.T) {
 	grants := func(major int) []pveaccess.Grant {
-		return pveaccess.Mgmtctl(major, []int{110}, []string{"pve"}, "local-lvm", "local", "vmbr0")
+		return pveaccess.Mgmtctl(major, []int{110}, []string{"pve"}, "local-lvm", "local", "vmbr0", "mgmtctl-lab")
 	}
 	all := map[string]map[string]bool{}
 	for _, g := range grants(9) {

@@ -156,8 +156,13 @@ func CAPMOX(major int, storage, isoStorage, bridge, pool string) []Grant {
 //     it takes this, or Sys.Audit with Sys.Modify on /), and Sys.Audit
 //     there (the preflight reads the bridge: network_config);
 //   - SDN.Use on the bridge, propagated to its VLANs
-//     (/sdn/zones/localnetwork/<bridge>/<tag>).
-func Mgmtctl(major int, vmids []int, nodes []string, storage, imageStorage, bridge string) []Grant {
+//     (/sdn/zones/localnetwork/<bridge>/<tag>);
+//   - Pool.Allocate and Pool.Audit on the run lock's pool, propagated to
+//     the generations made under it (package pvelock; pve-manager
+//     PVE/API2/Pool.pm: create_pool, update_pool and delete_pool check
+//     Pool.Allocate on /pool/<poolid>, index lists the pools with
+//     Pool.Audit). Commands makes the pool.
+func Mgmtctl(major int, vmids []int, nodes []string, storage, imageStorage, bridge, lockPool string) []Grant {
 	vm := []string{"VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType",
 		"VM.Config.Memory", "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt"}
 	if major >= 9 {
@@ -180,7 +185,8 @@ func Mgmtctl(major int, vmids []int, nodes []string, storage, imageStorage, brid
 			Grant{Path: "/storage/" + storage, Role: Role{"Mgmtctl.Disks", []string{"Datastore.AllocateSpace"}}},
 			Grant{Path: "/storage/" + imageStorage, Role: Role{"Mgmtctl.Image", []string{"Datastore.AllocateTemplate", "Datastore.Audit"}}})
 	}
-	return append(out, Grant{Path: "/sdn/zones/localnetwork/" + bridge, Role: Role{"Mgmtctl.SDN", []string{"SDN.Use"}}, Propagate: true})
+	return append(out, Grant{Path: "/sdn/zones/localnetwork/" + bridge, Role: Role{"Mgmtctl.SDN", []string{"SDN.Use"}}, Propagate: true},
+		Grant{Path: "/pool/" + lockPool, Role: Role{"Mgmtctl.Lock", []string{"Pool.Allocate", "Pool.Audit"}}, Propagate: true})
 }
 
 // Commands are the pveum commands (pve-access-control src/PVE/CLI/pveum.pm:

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"flag"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -55,6 +56,24 @@ func TestCommandsGolden(t *testing.T) {
 	}
 	if _, err := Commands(nil, "capmox@pve"); err == nil {
 		t.Error("a token ID without ! accepted")
+	}
+	// mgmtctl's own token (api access): its VM, node, storages, bridge,
+	// and the run lock's pool, made and granted with propagation (the
+	// lock's generations are its children).
+	for _, major := range []int{8, 9} {
+		cmds, err := Commands(Mgmtctl(major, []int{110}, []string{"pve"}, "local-lvm", "local", "vmbr0", "mgmtctl-lab-mgmt"), "mgmtctl@pve!mgmtctl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(cmds, "\n") + "\n"
+		p := filepath.Join("testdata", fmt.Sprintf("mgmtctl-pve%d.txt", major))
+		if *update {
+			os.WriteFile(p, []byte(got), 0o644)
+		}
+		want, _ := os.ReadFile(p)
+		if got != string(want) {
+			t.Errorf("%s: got\n%s\nwant\n%s", p, got, want)
+		}
 	}
 }
 

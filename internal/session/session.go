@@ -29,6 +29,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
 	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
+	"github.com/mgmtctl/mgmtctl/internal/pvelock"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
 	"github.com/mgmtctl/mgmtctl/internal/step"
 )
@@ -67,6 +68,8 @@ type Session struct {
 	conns   map[string]*hostConn
 	cluster *Cluster
 	api     *pve.Client
+	// apiLock is the run lock on Proxmox in api access (LockAPI).
+	apiLock *pvelock.Held
 	apiHTTP *http.Client
 	once    map[string]*onceResult
 	// stopWarm cancels the dials WarmVMs started.
@@ -145,6 +148,48 @@ func (s *Session) apiClient() *pve.Client {
 	return s.api
 }
 
+// LockPool is the Proxmox pool under which a run in api access takes
+// its lock (package pvelock): one per cluster, made once by the commands
+// `mgmtctl proxmox role --for mgmtctl` prints.
+func LockPool(l *config.Loaded) string { return "mgmtctl-" + l.Cluster.Metadata.Name }
+
+// LockAPI takes the run lock on Proxmox, in api access and a run that may
+// change something, before the run reads the nodes through the API (as
+// SSH mode locks a node as it connects): a second laptop's run is refused
+// with a *pvelock.LockedError naming the first. The lock is taken once a
+// run and held, renewed, until Close.
+func (s *Session) LockAPI(ctx context.Context) error {
+	if s.ReadOnly || !s.API() {
+		return nil
+	}
+	return s.Once("proxmox-api-lock", func() error {
+		h, err := (&pvelock.Lock{API: s.apiClient(), Parent: LockPool(s.Config), Holder: s.Holder}).Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.apiLock = h
+		s.mu.Unlock()
+		return nil
+	})
+}
+
+// lockedAPI is the writing client for the Executor: only while this run
+// holds the lock on Proxmox, so that a run that lost it (its lease ran
+// out while the laptop stalled) changes nothing more.
+func (s *Session) lockedAPI() (*pve.Client, error) {
+	s.mu.Lock()
+	h := s.apiLock
+	s.mu.Unlock()
+	if h == nil {
+		return nil, errors.New("a change through the Proxmox API before the run took its lock on Proxmox")
+	}
+	if err := h.Valid(); err != nil {
+		return nil, err
+	}
+	return s.apiClient(), nil
+}
+
 // ProxmoxHTTP is the run's one client for the Proxmox API, whichever
 // token a call carries (mgmtctl's, CAPMOX's): it verifies the API's
 // certificate as spec.proxmox says (caFile, fingerprint, or the laptop's
@@ -183,7 +228,7 @@ func (s *Session) Executor() step.Executor {
 	}
 	return &effect.Executor{
 		Host:     s.byName,
-		API:      func(context.Context) (*pve.Client, error) { return s.apiClient(), nil },
+		API:      func(context.Context) (*pve.Client, error) { return s.lockedAPI() },
 		Cluster:  func(ctx context.Context) (*kube.Cluster, error) { return s.Cluster().write(ctx) },
 		Redact:   s.Redact,
 		Progress: step.Progress,
@@ -614,6 +659,18 @@ func (s *Session) Close() {
 			}
 		})
 	}
+	if s.apiLock != nil {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := s.apiLock.Release(ctx); err != nil && s.Log != nil {
+				// Its lease runs out on its own: the next run waits
+				// for that.
+				s.Log.Warn("release the run lock on Proxmox", "pool", s.apiLock.Pool(), "err", err)
+			}
+		})
+	}
 	wg.Wait()
 	s.conns = nil
+	s.apiLock = nil
 }

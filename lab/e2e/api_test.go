@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
 	"github.com/mgmtctl/mgmtctl/lab/labtest"
@@ -34,6 +35,10 @@ func apiEnv(t *testing.T, e *env) string {
 	}
 	return string(m[1])
 }
+
+// pvelockLease is mgmtctl's lease on its run lock in api access
+// (pvelock.DefaultLease).
+const pvelockLease = 60 * time.Second
 
 // onNode runs a command line on a node's console (no SSH: the lab enters
 // its namespaces).
@@ -97,6 +102,49 @@ func TestAPIAccess(t *testing.T) {
 	mustSucceed(t, r, "converged apply")
 	if got := recap(t, r); !strings.Contains(got, "changed=0 failed=0") {
 		t.Errorf("converged apply: %s\n%s", got, r.Stdout)
+	}
+
+	// One run at a time on Proxmox: a run killed while it holds the run
+	// lock (a pool generation under mgmtctl-lab-mgmt, its lease in the
+	// comment) leaves it held until its lease runs out. Meanwhile the
+	// next run is refused with exit 4, naming the holder and changing
+	// nothing, and the read-only commands (plan, status, backup --list)
+	// run; once the lease has run out
+	// the next run takes the lock and converges.
+	if !e.killAtStep(func(ev runEvent) bool { return ev.Phase == "vm" && ev.Event == "step" }, "apply", "--tags", "vm") {
+		t.Fatal("the killed run never reached the vm phase's steps")
+	}
+	locked := e.pveState()
+	r = keep(e.apply("--tags", "vm"))
+	m := regexp.MustCompile(`locked by another mgmtctl run \((\S*@\S+ pid \d+), lock pool (mgmtctl-lab-mgmt/g\d+), lease until (\S+) unless renewed\)`).FindStringSubmatch(r.Stderr)
+	if r.Code != 4 || m == nil || strings.Contains(r.Stdout, "changed: ") || !strings.Contains(r.Stderr, "next: wait for the other run to finish") {
+		t.Fatalf("a run while another holds the lock: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if got, _ := os.ReadFile(e.UserCfgPath()); !strings.Contains(string(got), "\npool:"+m[2]+":mgmtctl run lock held by "+strings.ReplaceAll(m[1], ":", "%3A")+" until ") {
+		t.Errorf("the lock's pool in user.cfg:\n%s", got)
+	}
+	for _, args := range [][]string{{"plan", "--tags", "vm"}, {"status", "--tags", "vm,k3s"}, {"backup", "--list"}} {
+		mustSucceed(t, keep(e.mgmtctl(args...)), strings.Join(args, " ")+" while the lock is held")
+	}
+	if e.pveState() != locked {
+		t.Errorf("a refused run changed the node")
+	}
+	until, err := time.Parse(time.RFC3339, m[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait := time.Until(until); wait > pvelockLease {
+		t.Fatalf("the lease runs until %s, more than a lease from now", until)
+	} else {
+		time.Sleep(wait + time.Second)
+	}
+	r = keep(e.apply("--tags", "vm"))
+	mustSucceed(t, r, "apply once the killed run's lease ran out")
+	if got := recap(t, r); !strings.Contains(got, "changed=0 failed=0") {
+		t.Errorf("apply after the lease: %s\n%s", got, r.Stdout)
+	}
+	if got, _ := os.ReadFile(e.UserCfgPath()); len(regexp.MustCompile(`(?m)^pool:mgmtctl-lab-mgmt/g\d+:`).FindAll(got, -1)) != 1 {
+		t.Errorf("lock generations left in user.cfg, want the newest alone:\n%s", got)
 	}
 
 	// A stopped VM is started through the API.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -171,7 +172,11 @@ func (e *env) editConfig(from, to string) {
 }
 
 // pveState hashes the Proxmox node's VM configs, volumes and image
-// directory, as they sit on its disk, to compare before and after.
+// directory, as they sit on its disk, to compare before and after. The
+// run lock of api access (the pools under mgmtctl-lab-mgmt in user.cfg, and
+// user.cfg's lock file) is left out: any run that may change something
+// takes it, and it is the run's own bookkeeping, not a change to the
+// node.
 func (e *env) pveState() string {
 	e.t.Helper()
 	root := filepath.Join(e.HostDisk("pve"), "upper")
@@ -186,9 +191,15 @@ func (e *env) pveState() string {
 			if err != nil || d.IsDir() {
 				return nil
 			}
-			b, _ := os.ReadFile(p)
-			s := sha256.Sum256(b)
 			rel, _ := filepath.Rel(dir, p)
+			if sub == "etc/pve" && rel == "user.cfg.lock" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			if sub == "etc/pve" && rel == "user.cfg" {
+				b = regexp.MustCompile(`(?m)^pool:mgmtctl-lab-mgmt/g\d+:.*\n`).ReplaceAll(b, nil)
+			}
+			s := sha256.Sum256(b)
 			lines = append(lines, filepath.Join(sub, rel)+" "+hex.EncodeToString(s[:8]))
 			return nil
 		})

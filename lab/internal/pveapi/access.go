@@ -18,7 +18,8 @@ import (
 // /etc/pve/user.cfg, the roles on a path taken from its deepest ACL entry
 // for the user or token (a propagating entry above it, or one on the path
 // itself), and a token with privilege separation holding only the
-// privileges both it and its user have. Not simulated: groups, pools,
+// privileges both it and its user have; pools (their VMs' roles, nested
+// pools, comments). Not simulated: groups, pools' storage members,
 // realms other than pam and pve, expiry, NoAccess's special case beyond
 // it holding no privileges.
 
@@ -99,8 +100,59 @@ type UserConfig struct {
 	// ACL is path → member (user or token ID) → role → propagate.
 	ACL map[string]map[string]map[string]bool
 	// Pools are pool ID → its member VMs (pve-access-control's pool:
-	// lines; storage members and nested pools are not simulated).
+	// lines, nested pools "parent/child" included; storage members are
+	// not simulated).
 	Pools map[string]map[int]bool
+	// PoolComments are the pools' comments, as they read decoded.
+	PoolComments map[string]string
+}
+
+// encodeText is pve-common's PVE::ParseUtils::encode_text, which
+// write_user_config applies to a pool's comment: every byte of its
+// UTF-8 but the printable ASCII other than '%' and ':' as %XX (URI::Escape,
+// upper-case hex).
+func encodeText(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		if c >= 0x20 && c <= 0x7e && c != '%' && c != ':' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// decodeText is decode_text: %XX back to bytes (uri_unescape, which
+// leaves '+' and a malformed escape as they are).
+func decodeText(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(v))
+				i += 2
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+// addPool records pool, and each of its parents as parse_user_config
+// does for a nested pool whose parent has no line of its own.
+func (c *UserConfig) addPool(pool string) {
+	for p := pool; ; {
+		if c.Pools[p] == nil {
+			c.Pools[p] = map[int]bool{}
+		}
+		i := strings.LastIndexByte(p, '/')
+		if i < 0 {
+			return
+		}
+		p = p[:i]
+	}
 }
 
 // poolOf is the pool VM vmid belongs to, "" for none.
@@ -116,7 +168,7 @@ func (c *UserConfig) poolOf(vmid int) string {
 // ReadUserConfig parses user.cfg; a missing file is an empty one.
 func ReadUserConfig(path string) (*UserConfig, error) {
 	c := &UserConfig{Users: map[string]bool{}, Tokens: map[string]bool{}, Roles: map[string]map[string]bool{}, ACL: map[string]map[string]map[string]bool{},
-		Pools: map[string]map[int]bool{}}
+		Pools: map[string]map[int]bool{}, PoolComments: map[string]string{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return c, nil
@@ -140,16 +192,21 @@ func ReadUserConfig(path string) (*UserConfig, error) {
 			}
 			c.Roles[f[1]] = privs
 		case len(f) >= 4 && f[0] == "pool":
-			// pool:<id>:<comment>:<vmids>:<storage>: (parse_user_config;
-			// the comment is never set by the lab: pveum pool add --comment
-			// is refused).
-			vms := map[int]bool{}
+			// pool:<id>:<comment>:<vmids>:<storage>: (parse_user_config:
+			// a nested pool's parents exist with it, the comment is
+			// decode_text's).
+			if !poolName.MatchString(f[1]) {
+				continue
+			}
+			c.addPool(f[1])
 			for _, v := range strings.Split(f[3], ",") {
 				if id, err := strconv.Atoi(v); err == nil {
-					vms[id] = true
+					c.Pools[f[1]][id] = true
 				}
 			}
-			c.Pools[f[1]] = vms
+			if f[2] != "" {
+				c.PoolComments[f[1]] = decodeText(f[2])
+			}
 		case len(f) >= 5 && f[0] == "acl":
 			for _, m := range strings.Split(f[3], ",") {
 				for _, r := range strings.Split(f[4], ",") {
@@ -194,7 +251,7 @@ func (c *UserConfig) Write(path string) error {
 			ids = append(ids, strconv.Itoa(id))
 		}
 		sort.Strings(ids) // Perl's sort: as strings
-		fmt.Fprintf(&b, "pool:%s::%s::\n", p, strings.Join(ids, ","))
+		fmt.Fprintf(&b, "pool:%s:%s:%s::\n", p, encodeText(c.PoolComments[p]), strings.Join(ids, ","))
 	}
 	b.WriteString("\n")
 	for _, r := range sortedKeys(c.Roles) {

@@ -2,8 +2,9 @@
 // credential check and mgmtctl's preflight touch: GET /api2/json/version
 // and GET /api2/json/access/permissions, on port 8006 over HTTPS,
 // accepting only "Authorization: PVEAPIToken=<tokenid>=<secret>" with a
-// token of the cluster's; and the cluster's access control (users,
-// tokens, roles, ACLs: access.go, pveum.go).
+// token of the cluster's; the cluster's access control (users,
+// tokens, roles, ACLs, pools: access.go, pveum.go) and /pools, where
+// mgmtctl's API mode keeps its run lock (pools.go).
 package pveapi
 
 import (
@@ -71,6 +72,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}})
 	case "/api2/json/access/permissions":
 		s.permissions(w, r, id)
+	case "/api2/json/pools":
+		s.pools(w, r, id)
 	case "/api2/json/cluster/resources":
 		if s.QM != nil {
 			s.resources(w, r, id)

@@ -242,13 +242,20 @@ func TestPools(t *testing.T) {
 		{[]string{"pool", "modify", "capi", "--vms", "201"}, "update pools failed: VM 201 is already a pool member"},
 		{[]string{"pool", "modify", "capi", "--vms", "203", "--delete", "1"}, "update pools failed: VM 203 is not a pool member"},
 		{[]string{"pool", "delete", "capi"}, "delete pool failed: pool 'capi' is not empty (contains VM 201)"},
-		{[]string{"pool", "add", "other", "--comment", "x"}, "does not keep --comment"},
+		{[]string{"pool", "add", "nowhere/x"}, "create pool failed: parent 'nowhere' of pool 'nowhere/x' does not exist"},
+		{[]string{"pool", "add", "capi/1x"}, "create pool failed: pool name must start with a letter"},
+		{[]string{"pool", "add", "a/b/c/d"}, "pool name 'a/b/c/d' nested too deeply (max levels = 3)"},
 	} {
 		if code, e := pveum(tc.args...); code == 0 || !strings.Contains(e, tc.want) {
 			t.Errorf("pveum %v: exit %d %q, want %q", tc.args, code, e, tc.want)
 		}
 	}
-	must("pool", "add", "other")
+	must("pool", "add", "other", "--comment", "a:b%c é")
+	must("pool", "add", "other/sub")
+	if code, e := pveum("pool", "delete", "other"); code == 0 || !strings.Contains(e, "delete pool failed: pool 'other' is not empty (contains pool 'other/sub')") {
+		t.Errorf("a pool with a child: %d %q", code, e)
+	}
+	must("pool", "delete", "other/sub")
 	if code, e := pveum("pool", "modify", "other", "--vms", "202"); code == 0 || !strings.Contains(e, "VM 202 belongs already to pool 'capi' and 'allow-move' is not set") {
 		t.Errorf("a VM of another pool: %d %q", code, e)
 	}
@@ -284,7 +291,81 @@ func TestPools(t *testing.T) {
 		t.Errorf("a pool member's privileges: %v, want VM.Allocate and VM.Audit, not propagated", privs)
 	}
 	b, _ := os.ReadFile(acc.UserCfg)
-	if !strings.Contains(string(b), "\n\npool:capi::201::\npool:other::202,203::\n\nrole:") {
+	if !strings.Contains(string(b), "\n\npool:capi::201::\npool:other:a%3Ab%25c %C3%A9:202,203::\n\nrole:") {
+		t.Errorf("user.cfg:\n%s", b)
+	}
+}
+
+// TestPoolsAPI: /pools as Pool.pm serves it to a token with
+// Pool.Allocate and Pool.Audit on a parent pool, propagated (the run
+// lock's grant): it lists the parent and its children and no other
+// pool, creates a child once ("already exists" the second time), sets a
+// comment, and deletes only an empty pool; any other pool is refused.
+func TestPoolsAPI(t *testing.T) {
+	dir := t.TempDir()
+	acc := Access{Tokens: TokenConfig{Path: filepath.Join(dir, "token.cfg")}, UserCfg: filepath.Join(dir, "user.cfg")}
+	pveum := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := PVEUM(args, acc, &out, &errb); code != 0 {
+			t.Fatalf("pveum %v: %d %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	pveum("user", "add", "mgmtctl@pve")
+	pveum("role", "add", "Mgmtctl.Lock", "--privs", "Pool.Allocate,Pool.Audit")
+	var res struct{ Value string }
+	json.Unmarshal([]byte(pveum("user", "token", "add", "mgmtctl@pve", "mgmtctl", "--output-format", "json")), &res)
+	pveum("pool", "add", "mgmtctl-lab")
+	pveum("pool", "add", "capi")
+	pveum("acl", "modify", "/pool/mgmtctl-lab", "--roles", "Mgmtctl.Lock", "--users", "mgmtctl@pve", "--tokens", "mgmtctl@pve!mgmtctl")
+	s := &Server{Access: acc}
+	call := func(method, target, body string) (int, string) {
+		t.Helper()
+		req := httptest.NewRequest(method, "/api2/json/pools"+target, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		req.Header.Set("Authorization", "PVEAPIToken=mgmtctl@pve!mgmtctl="+res.Value)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		var env struct {
+			Data    any    `json:"data"`
+			Message string `json:"message"`
+		}
+		json.Unmarshal(rec.Body.Bytes(), &env)
+		if rec.Code != 200 {
+			return rec.Code, strings.TrimSpace(env.Message)
+		}
+		b, _ := json.Marshal(env.Data)
+		return rec.Code, string(b)
+	}
+	for _, tc := range []struct {
+		method, target, body string
+		code                 int
+		want                 string
+	}{
+		{"GET", "", "", 200, `[{"poolid":"mgmtctl-lab"}]`},
+		{"POST", "", "poolid=mgmtctl-lab%2Fg1&comment=held+by+a%3Ab", 200, `null`},
+		{"POST", "", "poolid=mgmtctl-lab%2Fg1&comment=other", 500, "pool 'mgmtctl-lab/g1' already exists"},
+		{"POST", "", "poolid=capi%2Fg1", 403, "Permission check failed (/pool/capi/g1, Pool.Allocate)"},
+		{"POST", "", "poolid=elsewhere", 403, "Permission check failed (/pool/elsewhere, Pool.Allocate)"},
+		{"GET", "", "", 200, `[{"poolid":"mgmtctl-lab"},{"comment":"held by a:b","poolid":"mgmtctl-lab/g1"}]`},
+		{"PUT", "", "poolid=mgmtctl-lab%2Fg1&comment=renewed", 200, `null`},
+		{"PUT", "", "poolid=mgmtctl-lab%2Fg2&comment=x", 500, "pool 'mgmtctl-lab/g2' does not exist"},
+		{"GET", "?poolid=mgmtctl-lab%2Fg1", "", 200, `[{"comment":"renewed","members":[],"poolid":"mgmtctl-lab/g1"}]`},
+		{"GET", "?poolid=capi", "", 403, "Permission check failed (/pool/capi, Pool.Audit)"},
+		{"DELETE", "?poolid=mgmtctl-lab", "", 500, "pool 'mgmtctl-lab' is not empty (contains pool 'mgmtctl-lab/g1')"},
+		{"DELETE", "?poolid=mgmtctl-lab%2Fg1", "", 200, `null`},
+		{"DELETE", "?poolid=mgmtctl-lab%2Fg1", "", 500, "pool 'mgmtctl-lab/g1' does not exist"},
+		{"GET", "", "", 200, `[{"poolid":"mgmtctl-lab"}]`},
+	} {
+		if code, got := call(tc.method, tc.target, tc.body); code != tc.code || got != tc.want {
+			t.Errorf("%s /pools%s %s: %d %s, want %d %s", tc.method, tc.target, tc.body, code, got, tc.code, tc.want)
+		}
+	}
+	b, _ := os.ReadFile(acc.UserCfg)
+	if !strings.Contains(string(b), "pool:capi::::\npool:mgmtctl-lab::::\n") {
 		t.Errorf("user.cfg:\n%s", b)
 	}
 }

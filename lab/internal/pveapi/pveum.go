@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // TokenConfig is the node's token store, priv/token.cfg's format: one
@@ -74,6 +76,22 @@ type Access struct {
 	UserCfg string
 }
 
+// lock is lock_user_config (pve-access-control src/PVE/AccessControl.pm:
+// cfs_lock_file on user.cfg): one change of the access control at a
+// time, across pveum and every node's API, each reading user.cfg under
+// it before it writes.
+func (a Access) lock() (unlock func(), err error) {
+	f, err := os.OpenFile(a.UserCfg+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
 // PVEUM runs the lab's pveum against the cluster's access control, as
 // pve-access-control's pveum does (src/PVE/CLI/pveum.pm over
 // src/PVE/API2/User.pm, Role.pm, ACL.pm): `user add|delete`, `user token
@@ -112,6 +130,11 @@ func PVEUM(args []string, acc Access, stdout, stderr io.Writer) int {
 		}
 		pos = append(pos, a)
 	}
+	unlock, err := acc.lock()
+	if err != nil {
+		return die("%v", err)
+	}
+	defer unlock()
 	cfg, err := ReadUserConfig(acc.UserCfg)
 	if err != nil {
 		return die("%v", err)
@@ -397,44 +420,89 @@ func pveumUser(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 }
 
 // poolName is verify_poolname without nesting: pve-access-control
-// src/PVE/AccessControl.pm allows [A-Za-z0-9.-_] and up to three levels;
-// the lab keeps one.
-var poolName = regexp.MustCompile(`^[A-Za-z0-9.\-_]+$`)
+// poolName is pve-access-control's verify_poolname
+// (src/PVE/AccessControl.pm): [A-Za-z0-9.-_], up to three levels.
+var poolName = regexp.MustCompile(`^[A-Za-z0-9.\-_]+(?:/[A-Za-z0-9.\-_]+){0,2}$`)
 
-// poolLeader is create_pool's own rule on top of it: a pool's name
-// starts with a letter (pve-manager PVE/API2/Pool.pm).
+// poolLeader is create_pool's own rule on top of it: a pool's name (a
+// nested one's last part) starts with a letter (pve-manager
+// PVE/API2/Pool.pm).
 var poolLeader = regexp.MustCompile(`^[A-Za-z]`)
+
+// createPool is create_pool's body under lock_user_config: its die
+// messages, unprefixed.
+func (c *UserConfig) createPool(pool, comment string) error {
+	if _, ok := c.Pools[pool]; ok {
+		return fmt.Errorf("pool '%s' already exists", pool)
+	}
+	if i := strings.LastIndexByte(pool, '/'); i >= 0 {
+		parent, leaf := pool[:i], pool[i+1:]
+		if _, ok := c.Pools[parent]; !ok {
+			return fmt.Errorf("parent '%s' of pool '%s' does not exist", parent, pool)
+		}
+		if !poolLeader.MatchString(leaf) {
+			return errors.New("pool name must start with a letter")
+		}
+	} else if !poolLeader.MatchString(pool) {
+		return errors.New("pool name must start with a letter")
+	}
+	c.addPool(pool)
+	if comment != "" {
+		c.PoolComments[pool] = comment
+	}
+	return nil
+}
+
+// deletePool is delete_pool's body: only an empty pool, its first
+// member named.
+func (c *UserConfig) deletePool(pool string) error {
+	vms, ok := c.Pools[pool]
+	if !ok {
+		return fmt.Errorf("pool '%s' does not exist", pool)
+	}
+	for _, p := range slices.Sorted(maps.Keys(c.Pools)) {
+		if strings.HasPrefix(p, pool+"/") && !strings.Contains(p[len(pool)+1:], "/") {
+			return fmt.Errorf("pool '%s' is not empty (contains pool '%s')", pool, p)
+		}
+	}
+	if ids := slices.Sorted(maps.Keys(vms)); len(ids) > 0 {
+		return fmt.Errorf("pool '%s' is not empty (contains VM %d)", pool, ids[0])
+	}
+	delete(c.Pools, pool)
+	delete(c.PoolComments, pool)
+	return nil
+}
 
 // pveumPool is `pveum pool add|modify|delete POOL` as pve-manager's
 // PVE/API2/Pool.pm does it under lock_user_config, whose errors read
-// "<what> failed: <why>". Comments, storage members and nested pools are
-// not simulated (--comment and --storage are refused).
+// "<what> failed: <why>". Storage members are not simulated (--storage
+// is refused).
 func pveumPool(cmd string, rest []string, opts map[string]string, cfg *UserConfig, save func() int, die func(string, ...any) int) int {
 	if len(rest) != 1 {
 		return die("400 not enough arguments\npveum pool %s <poolid> [OPTIONS]", cmd)
 	}
 	pool := rest[0]
+	if strings.Count(pool, "/") > 2 {
+		return die("400 Parameter verification failed.\npoolid: pool name '%s' nested too deeply (max levels = 3)", pool)
+	}
 	if !poolName.MatchString(pool) {
 		return die("400 Parameter verification failed.\npoolid: pool name '%s' contains invalid characters", pool)
 	}
-	for _, o := range []string{"comment", "storage"} {
-		if _, ok := opts[o]; ok {
-			return die("the lab's pveum pool does not keep --%s", o)
-		}
+	if _, ok := opts["storage"]; ok {
+		return die("the lab's pveum pool does not keep --storage")
 	}
 	switch cmd {
 	case "add":
-		if _, ok := cfg.Pools[pool]; ok {
-			return die("create pool failed: pool '%s' already exists", pool)
+		if err := cfg.createPool(pool, opts["comment"]); err != nil {
+			return die("create pool failed: %v", err)
 		}
-		if !poolLeader.MatchString(pool) {
-			return die("create pool failed: pool name must start with a letter")
-		}
-		cfg.Pools[pool] = map[int]bool{}
 	case "modify":
 		vms, ok := cfg.Pools[pool]
 		if !ok {
 			return die("update pools failed: pool '%s' does not exist", pool)
+		}
+		if c, ok := opts["comment"]; ok {
+			cfg.PoolComments[pool] = c
 		}
 		for _, v := range strings.Split(opts["vms"], ",") {
 			if v == "" {
@@ -460,14 +528,9 @@ func pveumPool(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 			}
 		}
 	case "delete":
-		vms, ok := cfg.Pools[pool]
-		if !ok {
-			return die("delete pool failed: pool '%s' does not exist", pool)
+		if err := cfg.deletePool(pool); err != nil {
+			return die("delete pool failed: %v", err)
 		}
-		if ids := slices.Sorted(maps.Keys(vms)); len(ids) > 0 {
-			return die("delete pool failed: pool '%s' is not empty (contains VM %d)", pool, ids[0])
-		}
-		delete(cfg.Pools, pool)
 	default:
 		return die("unknown command 'pveum pool %s'", cmd)
 	}
