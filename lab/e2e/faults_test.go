@@ -6,8 +6,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mgmtctl/mgmtctl/lab/internal/lab"
+	"github.com/mgmtctl/mgmtctl/lab/labtest"
 )
 
 // The faults of a run that used to hang or stick: each gives a bounded,
@@ -61,7 +63,25 @@ func TestFaultsInTurn(t *testing.T) {
 	if err := e.SetFault("helm-fail", "cert-manager", true); err != nil {
 		t.Fatal(err)
 	}
-	r = e.apply("--wait-timeout", "20s")
+	// While that run waits, holding the node's and the VM's run locks,
+	// the read-only commands run: none takes a lock.
+	applied := make(chan labtest.Result)
+	go func() { applied <- e.apply("--wait-timeout", "20s") }()
+	held := func() bool { return e.PVE("flock -n /run/mgmtctl.lock true").Code == 1 }
+	for deadline := time.Now().Add(time.Minute); !held(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the run never held the node's lock")
+		}
+	}
+	for _, args := range [][]string{{"status"}, {"backup", "--list"}, {"plan", "--tags", "vm,k3s"}, {"proxmox", "role"}} {
+		if r := e.mgmtctl(args...); r.Code == 4 || strings.Contains(r.Stdout+r.Stderr, "locked by another mgmtctl run") || (args[0] != "status" && r.Code != 0) {
+			t.Errorf("mgmtctl %s while an apply runs: exit %d\n%s\n%s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr)
+		}
+	}
+	if !held() {
+		t.Error("the run no longer held the node's lock after the read-only commands: they did not overlap it")
+	}
+	r = <-applied
 	if r.Code != 1 || !strings.Contains(r.Stdout, "failed: [lab-mgmt] addons/cert-manager-chart") ||
 		!regexp.MustCompile(`cert-manager v[0-9.]+ not usable after 20s: its helm-install Job kept failing while helm-controller retried it`).MatchString(r.Stderr) ||
 		!strings.Contains(r.Stderr, "helm-fail") || !strings.Contains(r.Stderr, "BackOff") {
