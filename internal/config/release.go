@@ -1,10 +1,11 @@
 package config
 
 import (
-	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/mgmtctl/mgmtctl/internal/version"
 )
 
 // K3sRelease is a k3s release tag, v1.35.7+k3s1, parsed: Kubernetes'
@@ -41,7 +42,9 @@ func (r K3sRelease) String() string {
 	return fmt.Sprintf("v%d.%d.%d+k3s%d", r.Major, r.Minor, r.Patch, r.Build)
 }
 
-// Compare orders releases: -1, 0 or +1 as r is older, the same or newer.
+// Compare orders releases: -1, 0 or +1 as r is older, the same or newer
+// (package version's one ordering: Kubernetes' numbers, then k3s's
+// build).
 func (r K3sRelease) Compare(o K3sRelease) int {
-	return cmp.Or(cmp.Compare(r.Major, o.Major), cmp.Compare(r.Minor, o.Minor), cmp.Compare(r.Patch, o.Patch), cmp.Compare(r.Build, o.Build))
+	return version.Compare(r.String(), o.String())
 }

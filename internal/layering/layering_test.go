@@ -19,7 +19,7 @@ var domain = []string{"proxmox", "k3s", "addons", "capi", "kubeconfig", "inspect
 // read config's vocabulary (a chart pin, a provider, a k3s release); the
 // others take an input struct of their own, which phase fills from the
 // config.
-var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess", "pve", "s3layout"}
+var below = []string{"step", "effect", "remote", "kube", "shell", "pveaccess", "pve", "s3layout", "version"}
 
 // allowed is, for every package of the tool, the packages of the tool it
 // may import (not counting tests). A package missing here fails the test:
@@ -49,7 +49,7 @@ var allowed = map[string][]string{
 	"remote":      {"shell", "redact", "localfile"},
 	"step":        {"effect", "remote"},
 	"effect":      {"remote", "kube", "localfile", "pve"},
-	"config":      nil,
+	"config":      {"version"},
 	"kube":        nil,
 	"shell":       nil,
 	// Where a cluster's snapshots go in the bucket.
@@ -58,7 +58,9 @@ var allowed = map[string][]string{
 	// record of releases found; phase builds them.
 	"preflight": nil,
 	// upgrade plan's report: its rows, the order, rendering.
-	"upgrade": nil,
+	"upgrade": {"version"},
+	// The one ordering of versions: Proxmox VE's, the pins', k3s's.
+	"version": nil,
 	// Proxmox VE's privileges: what a token needs, pveum, the check.
 	"pveaccess": {"shell"},
 	// The Proxmox VE API's client (api access): calls, tasks, reads.

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/mgmtctl/mgmtctl/internal/pve"
 	"github.com/mgmtctl/mgmtctl/internal/pveaccess"
 	"github.com/mgmtctl/mgmtctl/internal/remote"
+	"github.com/mgmtctl/mgmtctl/internal/version"
 )
 
 // MinImportVersion is the first Proxmox VE that downloads a disk image
@@ -128,28 +128,10 @@ func (n *Node) needsVersion(ctx context.Context, min, what string) error {
 	if err != nil {
 		return err
 	}
-	if versionLess(v, min) {
+	if version.Less(v, min) {
 		return fmt.Errorf("%s runs Proxmox VE %s: %s needs Proxmox VE %s or newer; upgrade the node, or use spec.proxmox.access: ssh", n.Name(), v, what, min)
 	}
 	return nil
-}
-
-// versionLess compares dotted versions numerically ("8.3.5" < "8.4").
-func versionLess(a, b string) bool {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < max(len(as), len(bs)); i++ {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
 }
 
 // CheckAccess reads the token's effective permissions on each path the

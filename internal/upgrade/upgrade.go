@@ -11,6 +11,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/mgmtctl/mgmtctl/internal/version"
 )
 
 // Actions apply takes on a component.
@@ -123,63 +125,19 @@ func or(s, alt string) string {
 // (same major and minor; pre-releases, with a "-" after the patch, left
 // out), "" when none.
 func NewestInLine(pinned string, versions []string) string {
-	line, ok := lineOf(pinned)
+	line, ok := version.Line(pinned)
 	if !ok {
 		return ""
 	}
 	best := ""
 	for _, v := range versions {
-		l, ok := lineOf(v)
+		l, ok := version.Line(v)
 		if !ok || l != line || strings.Contains(strings.SplitN(strings.TrimPrefix(v, "v"), "+", 2)[0], "-") {
 			continue
 		}
-		if best == "" || Less(best, v) {
+		if best == "" || version.Less(best, v) {
 			best = v
 		}
 	}
 	return best
-}
-
-// lineOf is "major.minor" of a version (a leading v and a +build suffix
-// allowed).
-func lineOf(v string) (string, bool) {
-	n := nums(v)
-	if len(n) < 2 {
-		return "", false
-	}
-	return fmt.Sprintf("%d.%d", n[0], n[1]), true
-}
-
-// nums are a version's dotted numbers, up to its first non-digit part
-// ("v1.35.7+k3s2" gives 1, 35, 7, and the k3s build 2 last).
-func nums(v string) []int {
-	core, build, _ := strings.Cut(strings.TrimPrefix(v, "v"), "+")
-	core, _, _ = strings.Cut(core, "-")
-	var out []int
-	for _, p := range strings.Split(core, ".") {
-		var n int
-		if _, err := fmt.Sscanf(p, "%d", &n); err != nil {
-			return out
-		}
-		out = append(out, n)
-	}
-	// The build's number is what follows its last letter ("k3s2": 2).
-	if i := strings.LastIndexFunc(build, func(r rune) bool { return r < '0' || r > '9' }); build != "" {
-		var n int
-		if _, err := fmt.Sscanf(build[i+1:], "%d", &n); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// Less compares two versions by their numbers.
-func Less(a, b string) bool {
-	x, y := nums(a), nums(b)
-	for i := 0; i < len(x) && i < len(y); i++ {
-		if x[i] != y[i] {
-			return x[i] < y[i]
-		}
-	}
-	return len(x) < len(y)
 }

@@ -148,7 +148,14 @@ func startBench(b *testing.B) *env {
 // mgmtctl runs the tool in the laptop namespace.
 func (e *env) mgmtctl(args ...string) labtest.Result {
 	e.t.Helper()
-	return e.Run("", append([]string{e.bin}, append(args, "-c", e.ConfigPath())...)...)
+	start := time.Now()
+	r := e.Run("", append([]string{e.bin}, append(args, "-c", e.ConfigPath())...)...)
+	// Where a test's time goes, in go test -json's record of it: the
+	// runs that take a while, each with its time (docs/testing.md).
+	if d := time.Since(start); d >= 5*time.Second {
+		e.t.Logf("mgmtctl %s: exit %d after %s", strings.Join(args, " "), r.Code, d.Round(100*time.Millisecond))
+	}
+	return r
 }
 
 func (e *env) apply(args ...string) labtest.Result {
