@@ -4,11 +4,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mgmtctl/mgmtctl/internal/config"
 	"github.com/mgmtctl/mgmtctl/internal/k3s"
 	"github.com/mgmtctl/mgmtctl/internal/proxmox"
+	"github.com/mgmtctl/mgmtctl/internal/upgrade"
 )
 
 // load writes a config with the given spec body and loads it with the
@@ -74,5 +76,25 @@ func TestHASpecs(t *testing.T) {
 	}
 	if got := k3sSpec(l, 1); got.Join != "https://192.0.2.60:6443" || got.VIP != vip || got.IP != netip.MustParseAddr("192.0.2.51") || got.Name != "lab-mgmt-2" {
 		t.Errorf("second server = %+v", got)
+	}
+}
+
+// TestImageRow: upgrade plan's image row names every node that holds the
+// pinned image, and the nodes apply would download it to.
+func TestImageRow(t *testing.T) {
+	for _, tc := range []struct {
+		nodes              []string
+		has                map[string]bool
+		running, action, n string
+	}{
+		{[]string{"pve"}, map[string]bool{"pve": true}, "on pve", upgrade.None, "a new image"},
+		{[]string{"pve1", "pve2", "pve3"}, map[string]bool{"pve1": true, "pve2": true, "pve3": true}, "on pve1, pve2, pve3", upgrade.None, "a new image"},
+		{[]string{"pve1", "pve2", "pve3"}, map[string]bool{"pve1": true, "pve3": true}, "on pve1, pve3", upgrade.Install, "not on pve2 yet: apply downloads it there; "},
+		{[]string{"pve1", "pve2"}, map[string]bool{}, "", upgrade.Install, "not on pve1, pve2 yet"},
+	} {
+		got, lack := imageRow("noble.img", tc.nodes, tc.has)
+		if (len(lack) > 0) != (tc.action == upgrade.Install) || got.Running != tc.running || got.Action != tc.action || !strings.HasPrefix(got.Note, tc.n) || got.Pinned != "noble.img" {
+			t.Errorf("%v %v: %+v %v", tc.nodes, tc.has, got, lack)
+		}
 	}
 }

@@ -44,19 +44,20 @@ func UpgradePlan(ctx context.Context, s *session.Session, rel *preflight.Release
 	var p upgrade.Plan
 
 	// The image, on each server's node.
-	img := upgrade.Component{Name: "ubuntu image", Pinned: path.Base(c.Spec.Image.URL), Note: "a new image is for VMs created after it; a running VM keeps its disk"}
-	img.Action = upgrade.None
+	var nodes []string
+	has := map[string]bool{}
 	for _, srv := range s.Config.Servers() {
+		if _, seen := has[srv.Node]; seen {
+			continue
+		}
 		n := &proxmox.Node{Spec: vmSpec(c, srv)}
 		if err := gatherNode(ctx, s, srv, n); err != nil {
 			return p, err
 		}
-		if n.Facts.ImageSHA256 == c.Spec.Image.SHA256 {
-			img.Running = "on " + srv.Node
-		} else {
-			img.Action = upgrade.Install
-		}
+		nodes = append(nodes, srv.Node)
+		has[srv.Node] = n.Facts.ImageSHA256 == c.Spec.Image.SHA256
 	}
+	img, lack := imageRow(path.Base(c.Spec.Image.URL), nodes, has)
 	p.Components = append(p.Components, img)
 
 	// k3s on every server.
@@ -147,7 +148,7 @@ func UpgradePlan(ctx context.Context, s *session.Session, rel *preflight.Release
 
 	// What apply does, in its order.
 	if img.Action != upgrade.None {
-		p.Order = append(p.Order, "download "+img.Pinned+" to each node that lacks it (the vm phase; only new VMs use it)")
+		p.Order = append(p.Order, "download "+img.Pinned+" to "+strings.Join(lack, ", ")+" (the vm phase; only new VMs use it)")
 	}
 	switch kc.Action {
 	case upgrade.Upgrade:
@@ -302,6 +303,30 @@ func providerMetadata(ctx context.Context, rel *preflight.Released, repo, versio
 		return capi.Metadata{}, err
 	}
 	return capi.ParseMetadata(b)
+}
+
+// imageRow is the image's row: the nodes that hold the pinned image (its
+// sha256) and, when one lacks it, the download apply makes there; and
+// the nodes that lack it.
+func imageRow(pinned string, nodes []string, has map[string]bool) (img upgrade.Component, lack []string) {
+	img = upgrade.Component{Name: "ubuntu image", Pinned: pinned, Action: upgrade.None}
+	var on []string
+	for _, n := range nodes {
+		if has[n] {
+			on = append(on, n)
+		} else {
+			lack = append(lack, n)
+		}
+	}
+	if len(on) > 0 {
+		img.Running = "on " + strings.Join(on, ", ")
+	}
+	img.Note = "a new image is for VMs created after it; a running VM keeps its disk"
+	if len(lack) > 0 {
+		img.Action = upgrade.Install
+		img.Note = "not on " + strings.Join(lack, ", ") + " yet: apply downloads it there; " + img.Note
+	}
+	return img, lack
 }
 
 // kubeVIPVersion is the tag of kube-vip's DaemonSet's image.
