@@ -115,15 +115,12 @@ func TestTokenRotation(t *testing.T) {
 	}
 }
 
-// TestPermissions: roles and ACLs made with pveum give a token the
-// privileges PVE computes: a propagating ACL reaches the paths below it,
-// a non-propagating one only its own; a privilege-separated token holds
-// what both it and its user hold; /access/permissions answers the
-// caller's own, per path.
-func TestPermissions(t *testing.T) {
+// newAccess is an empty access control in a directory of the test's,
+// and pveum on it, the test failing on an exit other than 0.
+func newAccess(t *testing.T) (Access, func(args ...string) string) {
 	dir := t.TempDir()
 	acc := Access{Tokens: TokenConfig{Path: filepath.Join(dir, "token.cfg")}, UserCfg: filepath.Join(dir, "user.cfg")}
-	pveum := func(args ...string) string {
+	return acc, func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
 		if code := PVEUM(args, acc, &out, &errb); code != 0 {
@@ -131,6 +128,15 @@ func TestPermissions(t *testing.T) {
 		}
 		return out.String()
 	}
+}
+
+// TestPermissions: roles and ACLs made with pveum give a token the
+// privileges PVE computes: a propagating ACL reaches the paths below it,
+// a non-propagating one only its own; a privilege-separated token holds
+// what both it and its user hold; /access/permissions answers the
+// caller's own, per path.
+func TestPermissions(t *testing.T) {
+	acc, pveum := newAccess(t)
 	pveum("user", "add", "capmox@pve")
 	pveum("role", "add", "CAPMOX.Audit", "--privs", "Sys.Audit")
 	pveum("role", "add", "CAPMOX.VM", "--privs", "VM.Allocate,VM.Audit,VM.Clone")
@@ -302,16 +308,7 @@ func TestPools(t *testing.T) {
 // pool, creates a child once ("already exists" the second time), sets a
 // comment, and deletes only an empty pool; any other pool is refused.
 func TestPoolsAPI(t *testing.T) {
-	dir := t.TempDir()
-	acc := Access{Tokens: TokenConfig{Path: filepath.Join(dir, "token.cfg")}, UserCfg: filepath.Join(dir, "user.cfg")}
-	pveum := func(args ...string) string {
-		t.Helper()
-		var out, errb bytes.Buffer
-		if code := PVEUM(args, acc, &out, &errb); code != 0 {
-			t.Fatalf("pveum %v: %d %s", args, code, errb.String())
-		}
-		return out.String()
-	}
+	acc, pveum := newAccess(t)
 	pveum("user", "add", "mgmtctl@pve")
 	pveum("role", "add", "Mgmtctl.Lock", "--privs", "Pool.Allocate,Pool.Audit")
 	var res struct{ Value string }
