@@ -264,6 +264,10 @@ type Missing struct {
 	Path  string
 	Role  string
 	Privs []string
+	// All says every privilege of the role is missing there: the role
+	// may not be on the path, or not exist (a grant a newer mgmtctl
+	// added, such as the run lock's).
+	All bool
 }
 
 // Lacking compares grants with the token's effective permissions per
@@ -280,7 +284,7 @@ func Lacking(grants []Grant, have map[string]map[string]bool) []Missing {
 			}
 		}
 		if len(miss) > 0 {
-			out = append(out, Missing{Path: g.Path, Role: g.Role.Name, Privs: miss})
+			out = append(out, Missing{Path: g.Path, Role: g.Role.Name, Privs: miss, All: len(miss) == len(g.Role.Privs)})
 		}
 	}
 	return out
@@ -306,6 +310,17 @@ func (e *MissingError) Error() string {
 		modify, _ := shell.Join("pveum", "role", "modify", m.Role, "--append", "1", "--privs", strings.Join(m.Privs, ","))
 		grant, _ := shell.Join(append([]string{"pveum"}, aclModify(m.Path, m.Role, e.TokenID)...)...)
 		fmt.Fprintf(&b, "\n    grant: %s\n    (or, if the role is not on the path yet: %s)", modify, grant)
+		if m.All {
+			// Every privilege of it missing: the role itself, and a
+			// pool its path names, may not exist yet.
+			add, _ := shell.Join("pveum", "role", "add", m.Role, "--privs", strings.Join(m.Privs, ","))
+			fmt.Fprintf(&b, "\n    (if the role does not exist yet: %s", add)
+			if pool, ok := strings.CutPrefix(m.Path, "/pool/"); ok {
+				mk, _ := shell.Join("pveum", "pool", "add", pool)
+				fmt.Fprintf(&b, "; if the pool does not exist yet: %s", mk)
+			}
+			fmt.Fprintf(&b, "; then %s)", grant)
+		}
 	}
 	cmd := e.RoleCommand
 	if cmd == "" {

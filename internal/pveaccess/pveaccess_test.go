@@ -102,6 +102,28 @@ func TestLacking(t *testing.T) {
 		!strings.Contains(e, "pveum acl modify /vms --roles CAPMOX.VM --users capmox@pve --tokens 'capmox@pve!capi'") {
 		t.Errorf("MissingError:\n%s", e)
 	}
+	if strings.Contains(e, "role does not exist") {
+		t.Errorf("one privilege of a role missing, and its role named as maybe missing:\n%s", e)
+	}
+	// A token made before mgmtctl needed its run lock's pool: the whole
+	// role missing there, so the role and the pool may be missing too.
+	lock := Mgmtctl(9, []int{110}, []string{"pve"}, "local-lvm", "local", "vmbr0", "mgmtctl-lab-mgmt")
+	have = map[string]map[string]bool{}
+	for _, g := range lock[:len(lock)-1] {
+		have[g.Path] = map[string]bool{}
+		for _, p := range g.Role.Privs {
+			have[g.Path][p] = g.Propagate
+		}
+	}
+	m = Lacking(lock, have)
+	if len(m) != 1 || !m[0].All {
+		t.Fatalf("Lacking without the lock's grant = %+v", m)
+	}
+	e = (&MissingError{TokenID: "mgmtctl@pve!mgmtctl", Version: "9.2.11", For: "mgmtctl's vm phase", Missing: m}).Error()
+	if !strings.Contains(e, "on /pool/mgmtctl-lab-mgmt: Pool.Allocate, Pool.Audit") ||
+		!strings.Contains(e, "(if the role does not exist yet: pveum role add Mgmtctl.Lock --privs Pool.Allocate,Pool.Audit; if the pool does not exist yet: pveum pool add mgmtctl-lab-mgmt; then pveum acl modify /pool/mgmtctl-lab-mgmt --roles Mgmtctl.Lock --users mgmtctl@pve --tokens 'mgmtctl@pve!mgmtctl')") {
+		t.Errorf("MissingError for the lock's pool:\n%s", e)
+	}
 }
 
 // TestCAPMOXPrivileges: CAPMOX's VM role holds each privilege a call of
