@@ -36,8 +36,10 @@ func TestApplyRunsThePlan(t *testing.T) {
 	}{
 		{name: "image", step: func(n *Node) step.Step { return &Image{N: n} },
 			facts: func(n *Node) { n.Spec.ImageSHA256 = "0123abcd" },
-			plan:  []string{"on pve: download " + spec().ImageURL},
-			want:  []string{"run " + download.String()}},
+			// Its sum is read back once downloaded.
+			answer: remotetest.Batch(map[string]string{"sh -c 'if read -r sum ": "0123abcd\n"}),
+			plan:   []string{"on pve: download " + spec().ImageURL},
+			want:   []string{"run " + download.String()}},
 		{name: "grow-disk", step: func(n *Node) step.Step { return &GrowDisk{N: n} },
 			facts: func(n *Node) {
 				n.Facts.VMExists, n.Facts.Config = true, ParseConfig("scsi0: local-lvm:vm-110-disk-0,size=3584M\n")
@@ -276,5 +278,25 @@ func TestCreateVMRecordsThePlannedMarker(t *testing.T) {
 				t.Errorf("on the node:\n%q\nwant\n%q", got, want)
 			}
 		})
+	}
+}
+
+// TestImageReadBack: once downloaded, the image's sum is read from the
+// node again; a node that then shows another sum (or none) fails the
+// step rather than leave the next steps a fact nobody read.
+func TestImageReadBack(t *testing.T) {
+	for _, shown := range []string{"", "ffff0000\n"} {
+		h := &remotetest.Host{HostName: "pve", Answer: remotetest.Batch(map[string]string{"sh -c 'if read -r sum ": shown})}
+		n := &Node{Spec: spec(), Host: h}
+		n.Spec.ImageSHA256 = "0123abcd"
+		s := &Image{N: n}
+		p, err := s.Check(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = step.CarryOut(context.Background(), s, p, steptest.Executor(nil, h))
+		if err == nil || !strings.Contains(err.Error(), "downloaded, but the node then showed it with sha256") {
+			t.Errorf("shown %q: %v", shown, err)
+		}
 	}
 }

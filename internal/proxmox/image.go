@@ -110,6 +110,18 @@ func (s *Image) Finish(ctx context.Context, out []remote.Result, err error) erro
 	if err != nil {
 		return fmt.Errorf("image %s: %w", s.N.ImagePath(), err)
 	}
-	s.N.Facts.ImageSHA256 = s.N.Spec.ImageSHA256
+	// The image as the node has it now, read again as every fact a step
+	// changed is (ARCHITECTURE.md), not assumed from the plan: the sum
+	// of the file (or the volume in api access) the next steps use.
+	if err := s.N.Gather(ctx); err != nil {
+		return err
+	}
+	if got := s.N.Facts.ImageSHA256; got != s.N.Spec.ImageSHA256 {
+		where := s.N.ImagePath()
+		if s.N.API != nil {
+			where = s.N.ImageVolID()
+		}
+		return fmt.Errorf("image %s: downloaded, but the node then showed it with sha256 %q, not %s", where, got, s.N.Spec.ImageSHA256)
+	}
 	return nil
 }
