@@ -1,12 +1,11 @@
 package pveapi
 
 import (
-	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // pools serves /api2/json/pools as pve-manager's PVE/API2/Pool.pm does
@@ -20,122 +19,118 @@ import (
 //     vms and storage are pveum's here, not the API's;
 //   - DELETE poolid: delete_pool (Pool.Allocate), an empty pool only.
 //
-// An error a handler dies with is a 500 carrying its message, a
-// permission check a 403, as pve-http-server answers them.
+// Errors are answered as the nodes' handlers answer them (nodeAPI.fail):
+// a parameter's a 400, a permission check a 403, what a handler dies
+// with a 500 carrying its message.
 func (s *Server) pools(w http.ResponseWriter, r *http.Request, caller string) {
 	if err := r.ParseForm(); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	a := &nodeAPI{s: s, caller: caller, w: w, r: r}
 	id := r.Form.Get("poolid")
 	if r.Method != http.MethodGet {
 		if id == "" {
-			w.Header().Set("Content-Type", "application/json;charset=UTF-8")
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(map[string]any{"data": nil, "message": "Parameter verification failed.\n", "errors": map[string]string{"poolid": "property is missing and it is not optional"}})
+			a.fail(&paramErr{"poolid", "property is missing and it is not optional"})
 			return
 		}
-		if strings.Count(id, "/") > 2 || !poolName.MatchString(id) {
-			w.Header().Set("Content-Type", "application/json;charset=UTF-8")
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(map[string]any{"data": nil, "message": "Parameter verification failed.\n", "errors": map[string]string{"poolid": "pool name '" + id + "' contains invalid characters"}})
+		if err := verifyPoolName(id); err != nil {
+			a.fail(&paramErr{"poolid", err.Error()})
 			return
 		}
-	}
-	var unlock func()
-	if r.Method != http.MethodGet {
-		var err error
-		if unlock, err = s.Access.lock(); err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+		unlock, err := s.Access.lock()
+		if err != nil {
+			a.fail(err)
 			return
 		}
 		defer unlock()
 	}
 	cfg, err := ReadUserConfig(s.Access.UserCfg)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		a.fail(err)
 		return
 	}
-	allowed := func(priv string) bool {
-		_, ok := cfg.Permissions(LabMajor, caller, "/pool/"+id)[priv]
-		return ok
-	}
-	ok := func(data any) {
-		w.Header().Set("Content-Type", "application/json;charset=UTF-8")
-		_ = json.NewEncoder(w).Encode(map[string]any{"data": data})
-	}
-	save := func() {
-		if err := cfg.Write(s.Access.UserCfg); err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-		ok(nil)
-	}
+	a.cfg = cfg
 	switch r.Method {
 	case http.MethodGet:
+		if id != "" {
+			a.answerPool(id)
+			return
+		}
 		type entry struct {
 			PoolID  string `json:"poolid"`
 			Comment string `json:"comment,omitempty"`
 		}
-		if id != "" {
-			if !allowed("Pool.Audit") {
-				writeError(w, http.StatusForbidden, "Permission check failed (/pool/"+id+", Pool.Audit)")
-				return
-			}
-			vms, found := cfg.Pools[id]
-			if !found {
-				writeError(w, http.StatusInternalServerError, "pool '"+id+"' does not exist")
-				return
-			}
-			members := []map[string]any{}
-			for _, vmid := range slices.Sorted(maps.Keys(vms)) {
-				members = append(members, map[string]any{"type": "qemu", "id": "qemu/" + strconv.Itoa(vmid), "vmid": vmid})
-			}
-			ok([]struct {
-				PoolID  string           `json:"poolid"`
-				Comment string           `json:"comment,omitempty"`
-				Members []map[string]any `json:"members"`
-			}{{PoolID: id, Comment: cfg.PoolComments[id], Members: members}})
-			return
-		}
 		list := []entry{}
 		for _, p := range sortedKeys(cfg.Pools) {
-			if _, ok := cfg.Permissions(LabMajor, caller, "/pool/"+p)["Pool.Audit"]; ok {
+			if a.check("/pool/"+p, []string{"Pool.Audit"}, false) == nil {
 				list = append(list, entry{PoolID: p, Comment: cfg.PoolComments[p]})
 			}
 		}
-		ok(list)
+		a.ok(list)
 	case http.MethodPost, http.MethodPut, http.MethodDelete:
-		if !allowed("Pool.Allocate") {
-			writeError(w, http.StatusForbidden, "Permission check failed (/pool/"+id+", Pool.Allocate)")
+		if err := a.check("/pool/"+id, []string{"Pool.Allocate"}, false); err != nil {
+			a.fail(err)
 			return
 		}
 		switch r.Method {
 		case http.MethodPost:
 			err = cfg.createPool(id, r.Form.Get("comment"))
 		case http.MethodPut:
-			if _, found := cfg.Pools[id]; !found {
-				writeError(w, http.StatusInternalServerError, "pool '"+id+"' does not exist")
-				return
-			}
 			for k := range r.Form {
 				if k != "poolid" && k != "comment" {
 					writeError(w, http.StatusNotImplemented, "the lab's PUT /pools sets a comment only, not "+k)
 					return
 				}
 			}
-			if c, set := r.Form["comment"]; set {
-				cfg.PoolComments[id] = c[0]
-			}
+			err = a.updatePoolComment(id)
 		case http.MethodDelete:
 			err = cfg.deletePool(id)
 		}
+		if err == nil {
+			err = cfg.Write(s.Access.UserCfg)
+		}
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			a.fail(err)
 			return
 		}
-		save()
+		a.ok(nil)
 	default:
 		writeError(w, http.StatusNotImplemented, "Method '"+r.Method+" /pools' not implemented")
 	}
+}
+
+// answerPool is GET /pools?poolid=: the pool with its comment and its VM
+// members.
+func (a *nodeAPI) answerPool(id string) {
+	if err := a.check("/pool/"+id, []string{"Pool.Audit"}, false); err != nil {
+		a.fail(err)
+		return
+	}
+	vms, found := a.cfg.Pools[id]
+	if !found {
+		a.fail(fmt.Errorf("pool '%s' does not exist", id))
+		return
+	}
+	members := []map[string]any{}
+	for _, vmid := range slices.Sorted(maps.Keys(vms)) {
+		members = append(members, map[string]any{"type": "qemu", "id": "qemu/" + strconv.Itoa(vmid), "vmid": vmid})
+	}
+	a.ok([]struct {
+		PoolID  string           `json:"poolid"`
+		Comment string           `json:"comment,omitempty"`
+		Members []map[string]any `json:"members"`
+	}{{PoolID: id, Comment: a.cfg.PoolComments[id], Members: members}})
+}
+
+// updatePoolComment is update_pool with a comment only: the lab's API
+// leaves a pool's members to pveum.
+func (a *nodeAPI) updatePoolComment(id string) error {
+	if _, found := a.cfg.Pools[id]; !found {
+		return fmt.Errorf("pool '%s' does not exist", id)
+	}
+	if c, set := a.r.Form["comment"]; set {
+		a.cfg.PoolComments[id] = c[0]
+	}
+	return nil
 }

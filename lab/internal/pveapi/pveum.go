@@ -419,10 +419,22 @@ func pveumUser(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 	return die("unknown command 'pveum user %s'", cmd)
 }
 
-// poolName is verify_poolname without nesting: pve-access-control
-// poolName is pve-access-control's verify_poolname
+// poolName is the pattern of pve-access-control's verify_poolname
 // (src/PVE/AccessControl.pm): [A-Za-z0-9.-_], up to three levels.
 var poolName = regexp.MustCompile(`^[A-Za-z0-9.\-_]+(?:/[A-Za-z0-9.\-_]+){0,2}$`)
+
+// verifyPoolName is verify_poolname: the depth first, then the
+// characters, each with its message (a poolid parameter's error, for
+// pveum and the API alike).
+func verifyPoolName(pool string) error {
+	if strings.Count(pool, "/") > 2 {
+		return fmt.Errorf("pool name '%s' nested too deeply (max levels = 3)", pool)
+	}
+	if !poolName.MatchString(pool) {
+		return fmt.Errorf("pool name '%s' contains invalid characters", pool)
+	}
+	return nil
+}
 
 // poolLeader is create_pool's own rule on top of it: a pool's name (a
 // nested one's last part) starts with a letter (pve-manager
@@ -482,11 +494,8 @@ func pveumPool(cmd string, rest []string, opts map[string]string, cfg *UserConfi
 		return die("400 not enough arguments\npveum pool %s <poolid> [OPTIONS]", cmd)
 	}
 	pool := rest[0]
-	if strings.Count(pool, "/") > 2 {
-		return die("400 Parameter verification failed.\npoolid: pool name '%s' nested too deeply (max levels = 3)", pool)
-	}
-	if !poolName.MatchString(pool) {
-		return die("400 Parameter verification failed.\npoolid: pool name '%s' contains invalid characters", pool)
+	if err := verifyPoolName(pool); err != nil {
+		return die("400 Parameter verification failed.\npoolid: %v", err)
 	}
 	if _, ok := opts["storage"]; ok {
 		return die("the lab's pveum pool does not keep --storage")
