@@ -178,6 +178,9 @@ func (e *env) editConfig(from, to string) {
 	}
 }
 
+// lockPools are the run lock's generations in user.cfg (pveState).
+var lockPools = regexp.MustCompile(`(?m)^pool:mgmtctl-lab-mgmt/g\d+:.*\n`)
+
 // pveState hashes the Proxmox node's VM configs, volumes and image
 // directory, as they sit on its disk, to compare before and after. The
 // run lock of api access (the pools under mgmtctl-lab-mgmt in user.cfg, and
@@ -204,7 +207,7 @@ func (e *env) pveState() string {
 			}
 			b, _ := os.ReadFile(p)
 			if sub == "etc/pve" && rel == "user.cfg" {
-				b = regexp.MustCompile(`(?m)^pool:mgmtctl-lab-mgmt/g\d+:.*\n`).ReplaceAll(b, nil)
+				b = lockPools.ReplaceAll(b, nil)
 			}
 			s := sha256.Sum256(b)
 			lines = append(lines, filepath.Join(sub, rel)+" "+hex.EncodeToString(s[:8]))

@@ -65,7 +65,7 @@ func TestFaultsInTurn(t *testing.T) {
 	}
 	// While that run waits, holding the node's and the VM's run locks,
 	// the read-only commands run: none takes a lock.
-	applied := make(chan labtest.Result)
+	applied := make(chan labtest.Result, 1) // the run ends even if the test stops first
 	go func() { applied <- e.apply("--wait-timeout", "20s") }()
 	held := func() bool { return e.PVE("flock -n /run/mgmtctl.lock true").Code == 1 }
 	for deadline := time.Now().Add(time.Minute); !held(); time.Sleep(200 * time.Millisecond) {
